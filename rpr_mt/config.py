@@ -1,0 +1,365 @@
+"""Typed experiment configuration: one YAML file, four sections, validated on load.
+
+    data:   where the parallel text comes from and how it is cleaned and tokenized   (``DataConfig``)
+    model:  the Transformer and its position representation                          (``ModelConfig``)
+    train:  optimisation, batching, checkpoints, validation                          (``TrainConfig``)
+    decode: beam search and length penalty                                            (``DecodeConfig``)
+
+Every key is a dataclass field with a comment; unknown keys are rejected with a "did you mean" suggestion, values
+are type-checked, and ``validate()`` rejects impossible combinations. ``--set section.key=value`` overrides are
+parsed as YAML scalars and go through the same checks. The fully resolved config is saved beside checkpoints.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import types
+import typing
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal, Optional, Union
+
+import yaml
+
+from rpr_mt.errors import UserError
+
+# --------------------------------------------------------------------------------------------------------------------
+# Sections
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@dataclass
+class SplitFiles:
+    """One split of local parallel text: two aligned files (plain or .gz), or one TSV file (src<TAB>tgt)."""
+
+    src: Optional[str] = None  # source-language file, one sentence a line
+    tgt: Optional[str] = None  # target-language file, line N translates line N of src
+    tsv: Optional[str] = None  # alternative to src/tgt: one "source<TAB>target" pair a line
+
+
+@dataclass
+class DataConfig:
+    source: Literal["demo", "files", "multi30k", "wmt14"] = "demo"  # where raw parallel text comes from
+    src_lang: str = "en"  # source language code
+    tgt_lang: str = "de"  # target language code
+    output_dir: str = "data/demo"  # prepared data (SentencePiece model, id arrays, manifest) goes here
+    splits: dict[str, SplitFiles] = field(default_factory=dict)  # source=files: train/dev/test files
+    multi30k_dir: Optional[str] = None  # source=multi30k: local dir with {train,val,test_2016_flickr}.{lang}.gz
+    demo_sizes: dict[str, int] = field(  # source=demo: pairs generated per split
+        default_factory=lambda: {"train": 20000, "dev": 500, "test": 500}
+    )
+    demo_seed: int = 1234  # source=demo: generator seed (the corpus is a pure function of it)
+    max_train_pairs: Optional[int] = None  # keep only the first N training pairs (quick experiments)
+    max_words: int = 250  # cleaning: drop pairs with more whitespace words than this on either side
+    max_length_ratio: float = 3.0  # cleaning: drop pairs whose word-count ratio exceeds this
+    dedup: bool = False  # cleaning: drop exact duplicate training pairs
+    vocab_size: int = 8000  # joint SentencePiece vocabulary (paper WMT: 32768)
+    spm_model_type: Literal["bpe", "unigram"] = "bpe"  # SentencePiece algorithm
+    spm_character_coverage: float = 1.0  # SentencePiece character coverage
+    spm_sample_sentences: int = 2_000_000  # SentencePiece trains on at most this many random sentences
+
+
+@dataclass
+class ModelConfig:
+    preset: Optional[Literal["base", "big"]] = None  # paper dimensions; explicit keys below override the preset
+    d_model: int = 512  # model width
+    n_heads: int = 8  # attention heads (d_model must be divisible by it)
+    encoder_layers: int = 6  # encoder depth
+    decoder_layers: int = 6  # decoder depth
+    ff_dim: int = 1024  # feed-forward inner width (paper base: 1024)
+    dropout: float = 0.1  # residual and embedding dropout
+    attention_dropout: float = 0.0  # dropout on attention probabilities
+    activation_dropout: float = 0.0  # dropout inside the feed-forward block
+    norm: Literal["post", "pre"] = "post"  # layer-norm placement; the paper is post-norm
+    positions: Literal["relative", "absolute", "absolute+relative", "none"] = "relative"  # position information
+    absolute_kind: Literal["sinusoidal", "learned"] = "sinusoidal"  # for positions=absolute(+relative)
+    max_positions: int = 1024  # longest sequence the model accepts (learned table size; truncation limit)
+    clip: int = 16  # relative: clipping distance k (2k+1 relative vectors); 0 = one vector, no order
+    use_key: bool = True  # relative: aK term in the attention logits
+    use_value: bool = True  # relative: aV term in the attention output
+    share_across_heads: bool = False  # relative: one table for all heads (paper big) or one per head (paper base)
+
+
+@dataclass
+class TrainConfig:
+    run_dir: str = "runs/demo"  # checkpoints, metrics.jsonl and the resolved config go here
+    seed: int = 1  # seeds parameters, dropout and batch order
+    max_tokens: int = 4096  # per batch: source tokens <= max_tokens and target tokens <= max_tokens
+    update_freq: int = 1  # gradient accumulation: batches per update
+    max_steps: Optional[int] = 100000  # stop after this many updates
+    max_epochs: Optional[int] = None  # stop after this many epochs
+    max_time: Optional[float] = None  # stop after this many seconds of training (wall clock)
+    lr_schedule: Literal["noam", "inverse_sqrt", "budget"] = "noam"  # learning-rate schedule
+    lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
+    peak_lr: float = 7e-4  # inverse_sqrt and budget: the learning rate at the end of warm-up
+    warmup_steps: int = 4000  # warm-up updates (budget: fraction of max_time given by warmup_fraction)
+    warmup_fraction: float = 0.1  # budget: share of the time budget spent warming up
+    final_lr_fraction: float = 0.0  # budget: lr at the end of the budget as a fraction of peak_lr
+    adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam beta1, beta2
+    adam_eps: float = 1e-9  # Adam epsilon
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW); the paper uses none
+    label_smoothing: float = 0.1  # label-smoothed cross entropy
+    clip_norm: float = 0.0  # gradient-norm clipping; 0 = off
+    precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype; fp16 only on CUDA (with GradScaler)
+    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = cuda when available
+    num_threads: Optional[int] = None  # torch intra-op threads on CPU; None = torch's default
+    log_every: int = 50  # updates between progress lines / metrics records
+    save_every: int = 1000  # updates between checkpoints
+    keep_last: int = 5  # checkpoints kept besides the best one
+    validate_every: int = 1000  # updates between validations (dev loss and, if valid_bleu, dev BLEU)
+    valid_bleu: bool = True  # decode the dev set at validation and report sacreBLEU
+    valid_max_sentences: Optional[int] = 500  # decode only the first N dev sentences (None = all)
+    valid_beam_size: int = 1  # beam for validation BLEU (1 = greedy: fast; final scores use decode.beam_size)
+    patience: Optional[int] = None  # stop after this many validations without a better dev BLEU
+    max_bad_updates: int = 5  # NaN/inf losses in a row before the run stops
+    average_last: int = 0  # at the end, average the last N checkpoints into checkpoint_avg.pt (0 = off)
+
+
+@dataclass
+class DecodeConfig:
+    beam_size: int = 4  # 1 = greedy
+    length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6)^alpha
+    max_len_a: float = 1.5  # maximum output length = a * source length + b
+    max_len_b: int = 10
+    max_tokens: int = 4096  # source tokens per decoding batch
+    nbest: int = 1  # hypotheses printed per input line
+
+
+@dataclass
+class Config:
+    data: DataConfig = field(default_factory=DataConfig)
+    model: ModelConfig = field(default_factory=ModelConfig)
+    train: TrainConfig = field(default_factory=TrainConfig)
+    decode: DecodeConfig = field(default_factory=DecodeConfig)
+
+    def validate(self) -> "Config":
+        """Reject impossible combinations with a message naming the key."""
+        d, m, t, dec = self.data, self.model, self.train, self.decode
+        _require(d.vocab_size >= 16, "data.vocab_size must be at least 16")
+        _require(d.max_words > 0, "data.max_words must be positive")
+        _require(d.max_length_ratio >= 1.0, "data.max_length_ratio must be >= 1")
+        _require(d.spm_sample_sentences > 0, "data.spm_sample_sentences must be positive")
+        _require(0.0 < d.spm_character_coverage <= 1.0, "data.spm_character_coverage must be in (0, 1]")
+        if d.source == "files":
+            _require("train" in d.splits, "data.splits must name a 'train' split when data.source is 'files'")
+            for name, split in d.splits.items():
+                if split.tsv is not None:
+                    _require(split.src is None and split.tgt is None,
+                             f"data.splits.{name} takes either 'src'/'tgt' or 'tsv', not both")
+                else:
+                    _require(split.src is not None and split.tgt is not None,
+                             f"data.splits.{name} needs both 'src' and 'tgt' (or one 'tsv')")
+        for name, n in d.demo_sizes.items():
+            _require(n > 0, f"data.demo_sizes.{name} must be positive")
+        _require(m.d_model > 0 and m.n_heads > 0, "model.d_model and model.n_heads must be positive")
+        _require(
+            m.d_model % m.n_heads == 0,
+            f"model.d_model ({m.d_model}) must be divisible by model.n_heads ({m.n_heads})",
+        )
+        _require(m.encoder_layers >= 1 and m.decoder_layers >= 1, "model.encoder_layers/decoder_layers must be >= 1")
+        _require(m.ff_dim > 0, "model.ff_dim must be positive")
+        for key in ("dropout", "attention_dropout", "activation_dropout"):
+            _require(0.0 <= getattr(m, key) < 1.0, f"model.{key} must be in [0, 1)")
+        _require(m.clip >= 0, f"model.clip must be >= 0 (got {m.clip})")
+        _require(m.max_positions > 0, "model.max_positions must be positive")
+        if "relative" in m.positions:
+            _require(m.use_key or m.use_value, "model.use_key and model.use_value cannot both be false")
+        _require(t.max_tokens > 0, "train.max_tokens must be positive")
+        _require(t.update_freq >= 1, "train.update_freq must be >= 1")
+        _require(
+            t.max_steps is not None or t.max_epochs is not None or t.max_time is not None,
+            "train needs at least one of max_steps, max_epochs, max_time",
+        )
+        for key in ("max_steps", "max_epochs", "max_time", "patience", "num_threads", "valid_max_sentences"):
+            value = getattr(t, key)
+            _require(value is None or value > 0, f"train.{key} must be positive")
+        _require(t.warmup_steps >= 1, "train.warmup_steps must be >= 1")
+        _require(0.0 <= t.warmup_fraction < 1.0, "train.warmup_fraction must be in [0, 1)")
+        _require(t.lr_schedule != "budget" or t.max_time is not None, "train.lr_schedule 'budget' needs train.max_time")
+        _require(t.lr_scale > 0 and t.peak_lr > 0, "train.lr_scale and train.peak_lr must be positive")
+        _require(all(0.0 <= b < 1.0 for b in t.adam_betas), "train.adam_betas must be in [0, 1)")
+        _require(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
+        _require(t.clip_norm >= 0.0, "train.clip_norm must be >= 0")
+        for key in ("log_every", "save_every", "validate_every", "keep_last", "max_bad_updates"):
+            _require(getattr(t, key) >= 1, f"train.{key} must be >= 1")
+        _require(t.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")
+        _require(t.average_last >= 0, "train.average_last must be >= 0")
+        _require(dec.beam_size >= 1, f"decode.beam_size must be >= 1 (got {dec.beam_size})")
+        _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
+        _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
+        _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
+        return self
+
+
+# The paper's two model sizes (Shaw et al. 2018, Section 4.1, following Vaswani et al. 2017).
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": dict(d_model=512, n_heads=8, encoder_layers=6, decoder_layers=6, ff_dim=1024, dropout=0.1, clip=16,
+                 share_across_heads=False),
+    "big": dict(d_model=1024, n_heads=16, encoder_layers=6, decoder_layers=6, ff_dim=4096, dropout=0.3, clip=8,
+                share_across_heads=True),
+}
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# Loading
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def _require(condition: bool, message: str) -> None:
+    if not condition:
+        raise UserError(message)
+
+
+def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
+    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate."""
+    raw: dict[str, Any] = {}
+    if path is not None:
+        path = Path(path)
+        if not path.is_file():
+            raise UserError(f"config file not found: {path}")
+        try:
+            text = path.read_text(encoding="utf-8")
+            loaded = yaml.safe_load(text)
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
+        except yaml.YAMLError as exc:
+            mark = getattr(exc, "problem_mark", None)
+            where = f" line {mark.line + 1}" if mark is not None else ""
+            raise UserError(f"{path}:{where} invalid YAML: {getattr(exc, 'problem', exc)}") from None
+        if loaded is None:
+            loaded = {}
+        if not isinstance(loaded, dict):
+            raise UserError(f"{path}: the top level must be a mapping of sections (data, model, train, decode)")
+        raw = loaded
+    for override in overrides or []:
+        _apply_override(raw, override)
+    return config_from_dict(raw, origin=str(path) if path is not None else "config")
+
+
+def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
+    """Build a validated ``Config`` from plain nested dicts (YAML or a checkpoint's saved config)."""
+    raw = dict(raw)
+    model_raw = raw.get("model")
+    if isinstance(model_raw, dict) and model_raw.get("preset") is not None:
+        preset = model_raw["preset"]
+        if preset not in PRESETS:
+            raise UserError(f"{origin}: model.preset must be one of {sorted(PRESETS)} (got {preset!r})")
+        raw["model"] = {**PRESETS[preset], **model_raw}
+    config = _build(Config, raw, prefix="", origin=origin)
+    return config.validate()
+
+
+def config_to_dict(config: Config) -> dict[str, Any]:
+    """Plain nested dicts (tuples as lists), suitable for YAML, JSON and ``torch.save(weights_only)``."""
+
+    def plain(value: Any) -> Any:
+        if dataclasses.is_dataclass(value):
+            return {f.name: plain(getattr(value, f.name)) for f in dataclasses.fields(value)}
+        if isinstance(value, dict):
+            return {k: plain(v) for k, v in value.items()}
+        if isinstance(value, (list, tuple)):
+            return [plain(v) for v in value]
+        return value
+
+    return plain(config)
+
+
+def save_config(config: Config, path: str | Path) -> None:
+    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False), encoding="utf-8")
+
+
+def _apply_override(raw: dict[str, Any], override: str) -> None:
+    if "=" not in override:
+        raise UserError(f"--set expects section.key=value, got {override!r}")
+    dotted, _, value_text = override.partition("=")
+    keys = dotted.strip().split(".")
+    if len(keys) < 2 or not all(keys):
+        raise UserError(f"--set expects section.key=value, got {override!r}")
+    try:
+        value = yaml.safe_load(value_text) if value_text.strip() else None
+    except yaml.YAMLError:
+        value = value_text
+    node = raw
+    for key in keys[:-1]:
+        child = node.get(key)
+        if child is None:
+            child = node[key] = {}
+        if not isinstance(child, dict):
+            raise UserError(f"--set {dotted}: {key} is not a section")
+        node = child
+    node[keys[-1]] = value
+
+
+def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:
+    if not isinstance(raw, dict):
+        raise UserError(f"{origin}: {prefix.rstrip('.') or 'config'} must be a mapping, got {type(raw).__name__}")
+    hints = typing.get_type_hints(cls)
+    names = [f.name for f in dataclasses.fields(cls)]
+    kwargs = {}
+    for key, value in raw.items():
+        if key not in names:
+            suggestion = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
+            hint = f" (did you mean '{prefix}{suggestion[0]}'?)" if suggestion else f"; valid keys: {', '.join(names)}"
+            raise UserError(f"{origin}: unknown key '{prefix}{key}'{hint}")
+        kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}", origin)
+    return cls(**kwargs)
+
+
+def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
+    """Check ``value`` against the annotation ``tp``; convert ints to floats and lists to tuples where declared."""
+    origin_tp = typing.get_origin(tp)
+    args = typing.get_args(tp)
+
+    def fail(expected: str) -> UserError:
+        return UserError(f"{origin}: {key} must be {expected}, got {value!r}")
+
+    if dataclasses.is_dataclass(tp):
+        return _build(tp, value if value is not None else {}, f"{key}.", origin)
+    if origin_tp in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        non_none = [a for a in args if a is not type(None)]
+        errors = []
+        for arg in non_none:
+            try:
+                return _coerce(arg, value, key, origin)
+            except UserError as exc:
+                errors.append(exc)
+        raise errors[0]
+    if origin_tp is Literal:
+        if value not in args:
+            choices = ", ".join(repr(a) for a in args)
+            suggestion = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
+            hint = f" (did you mean {suggestion[0]!r}?)" if suggestion else ""
+            raise UserError(f"{origin}: {key} must be one of {choices}, got {value!r}{hint}")
+        return value
+    if tp is bool:
+        if not isinstance(value, bool):
+            raise fail("true or false")
+        return value
+    if tp is int:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise fail("an integer")
+        return value
+    if tp is float:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise fail("a number")
+        return float(value)
+    if tp is str:
+        if not isinstance(value, str):
+            raise fail("a string")
+        return value
+    if origin_tp is tuple:
+        if not isinstance(value, (list, tuple)) or len(value) != len(args):
+            raise fail(f"a list of {len(args)} values")
+        return tuple(_coerce(a, v, f"{key}[{i}]", origin) for i, (a, v) in enumerate(zip(args, value)))
+    if origin_tp is list:
+        if not isinstance(value, list):
+            raise fail("a list")
+        return [_coerce(args[0], v, f"{key}[{i}]", origin) for i, v in enumerate(value)]
+    if origin_tp is dict:
+        if not isinstance(value, dict):
+            raise fail("a mapping")
+        return {str(k): _coerce(args[1], v, f"{key}.{k}", origin) for k, v in value.items()}
+    raise TypeError(f"unsupported config annotation {tp!r} for {key}")  # a bug in this module, not user input

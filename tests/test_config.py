@@ -1,0 +1,83 @@
+"""Config loading: typed sections, presets, overrides, and one-line errors for bad keys and values."""
+
+import pytest
+
+from rpr_mt.config import Config, config_from_dict, config_to_dict, load_config, save_config
+from rpr_mt.errors import UserError
+
+
+def write(tmp_path, text):
+    path = tmp_path / "c.yaml"
+    path.write_text(text, encoding="utf-8")
+    return path
+
+
+def test_defaults_and_sections(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n  d_model: 64\n  n_heads: 4\ntrain:\n  max_steps: 10\n"))
+    assert cfg.model.d_model == 64 and cfg.model.n_heads == 4 and cfg.train.max_steps == 10
+    assert cfg.data.source == "demo" and cfg.decode.beam_size == 4
+
+
+def test_preset_then_explicit_keys_override_it(tmp_path):
+    cfg = load_config(write(tmp_path, "model:\n  preset: big\n  dropout: 0.1\n"))
+    assert (cfg.model.d_model, cfg.model.n_heads, cfg.model.ff_dim, cfg.model.clip) == (1024, 16, 4096, 8)
+    assert cfg.model.share_across_heads is True
+    assert cfg.model.dropout == 0.1
+    base = load_config(None, ["model.preset=base"])
+    assert (base.model.d_model, base.model.ff_dim, base.model.clip, base.model.share_across_heads) == (512, 1024, 16, False)
+
+
+def test_set_overrides_are_typed(tmp_path):
+    cfg = load_config(write(tmp_path, "train:\n  max_steps: 10\n"), ["train.max_steps=20", "train.adam_betas=[0.8, 0.9]",
+                                                                    "model.positions=absolute", "train.max_time=null"])
+    assert cfg.train.max_steps == 20 and cfg.train.adam_betas == (0.8, 0.9) and cfg.model.positions == "absolute"
+    assert cfg.train.max_time is None
+
+
+def test_int_accepted_for_float_and_lists_become_tuples():
+    cfg = config_from_dict({"train": {"label_smoothing": 0, "adam_betas": [0.9, 0.98]}})
+    assert isinstance(cfg.train.label_smoothing, float) and cfg.train.adam_betas == (0.9, 0.98)
+
+
+@pytest.mark.parametrize(
+    "text, fragment",
+    [
+        ("model:\n  d_modle: 3\n", "unknown key 'model.d_modle' (did you mean 'model.d_model'?)"),
+        ("modle:\n  d_model: 3\n", "unknown key 'modle' (did you mean 'model'?)"),
+        ("model:\n  d_model: big\n", "model.d_model must be an integer"),
+        ("model:\n  d_model: 500\n  n_heads: 7\n", "divisible"),
+        ("model:\n  clip: -1\n", "model.clip must be >= 0"),
+        ("model:\n  positions: relatve\n", "did you mean 'relative'"),
+        ("train:\n  precision: 16\n", "train.precision must be one of"),
+        ("decode:\n  beam_size: 0\n", "decode.beam_size must be >= 1"),
+        ("data:\n  source: files\n", "data.splits must name a 'train' split"),
+        ("data:\n  source: files\n  splits:\n    train: {src: a.txt}\n", "data.splits.train needs both"),
+        ("train:\n  use_fp16: true\n", "unknown key 'train.use_fp16'"),
+        ("model: [1, 2]\n", "model must be a mapping"),
+        ("- a\n", "top level must be a mapping"),
+        ("model:\n  d_model: [\n", "invalid YAML"),
+    ],
+)
+def test_bad_config_is_one_clear_line(tmp_path, text, fragment):
+    with pytest.raises(UserError) as info:
+        load_config(write(tmp_path, text))
+    message = str(info.value)
+    assert fragment in message
+    assert "\n" not in message
+
+
+def test_missing_file_and_bad_override(tmp_path):
+    with pytest.raises(UserError, match="config file not found"):
+        load_config(tmp_path / "nope.yaml")
+    with pytest.raises(UserError, match="section.key=value"):
+        load_config(None, ["train.max_steps"])
+    with pytest.raises(UserError, match="did you mean 'train.max_steps'"):
+        load_config(None, ["train.max_step=3"])
+
+
+def test_round_trip_through_yaml(tmp_path):
+    cfg = load_config(None, ["model.preset=big", "data.source=files", "data.splits.train.tsv=x.tsv"])
+    save_config(cfg, tmp_path / "saved.yaml")
+    again = load_config(tmp_path / "saved.yaml")
+    assert config_to_dict(again) == config_to_dict(cfg)
+    assert isinstance(again, Config) and again.data.splits["train"].tsv == "x.tsv"
