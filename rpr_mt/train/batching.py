@@ -1,0 +1,142 @@
+"""Token-budget batches from length-sorted examples, reproducible per (seed, epoch) and resumable by position.
+
+An epoch's batches are a pure function of (seed, epoch): examples are sorted by length with a seeded random
+tie-break, packed greedily so that neither the padded source nor the padded target side exceeds ``max_tokens``,
+and the batch order is shuffled with the same seed. The training position is therefore just (epoch, batch index),
+which is what checkpoints store.
+
+Distributed training splits every batch between ranks (rank r takes rows r, r + W, ...), so W processes see exactly
+the global batch that one process would see, and the loss is normalised by the global target-token count.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterator, Protocol
+
+import numpy as np
+import torch
+from torch import Tensor
+
+
+class ParallelIdsLike(Protocol):
+    src_lengths: np.ndarray
+    tgt_lengths: np.ndarray
+
+    def __len__(self) -> int: ...
+    def src(self, i: int) -> np.ndarray: ...
+    def tgt(self, i: int) -> np.ndarray: ...
+
+
+@dataclass
+class Batch:
+    src: Tensor  # [B, S] source ids + eos, padded
+    tgt_in: Tensor  # [B, T] bos + target ids, padded
+    tgt_out: Tensor  # [B, T] target ids + eos, padded
+    global_tgt_tokens: int  # non-pad target tokens in the whole (all-rank) batch: the loss normaliser
+    global_src_tokens: int
+
+    def to(self, device: torch.device) -> "Batch":
+        return Batch(
+            self.src.to(device, non_blocking=True),
+            self.tgt_in.to(device, non_blocking=True),
+            self.tgt_out.to(device, non_blocking=True),
+            self.global_tgt_tokens,
+            self.global_src_tokens,
+        )
+
+
+def usable_examples(data: ParallelIdsLike, max_positions: int) -> np.ndarray:
+    """Indices of examples that fit the model (pieces + eos/bos <= max_positions) and are non-empty."""
+    src_len = np.asarray(data.src_lengths) + 1
+    tgt_len = np.asarray(data.tgt_lengths) + 1
+    keep = (src_len <= max_positions) & (tgt_len <= max_positions) & (src_len > 1) & (tgt_len > 1)
+    return np.flatnonzero(keep)
+
+
+def make_batches(
+    data: ParallelIdsLike, indices: np.ndarray, max_tokens: int, seed: int, epoch: int, shuffle: bool = True
+) -> list[np.ndarray]:
+    """Pack ``indices`` into batches of at most ``max_tokens`` padded tokens on each side.
+
+    Sorting by (target, source) length keeps padding low; the random tie-break and the shuffled batch order
+    change every epoch but are fixed by (seed, epoch).
+    """
+    src_len = np.asarray(data.src_lengths)[indices] + 1
+    tgt_len = np.asarray(data.tgt_lengths)[indices] + 1
+    rng = np.random.default_rng([seed, epoch])
+    tie_break = rng.random(len(indices)) if shuffle else np.arange(len(indices))
+    order = np.lexsort((tie_break, src_len, tgt_len))
+    batches: list[np.ndarray] = []
+    start, max_src, max_tgt = 0, 0, 0
+    for pos, k in enumerate(order):
+        s, t = int(src_len[k]), int(tgt_len[k])
+        new_src, new_tgt = max(max_src, s), max(max_tgt, t)
+        size = pos - start + 1
+        if size > 1 and (new_src * size > max_tokens or new_tgt * size > max_tokens):
+            batches.append(indices[order[start:pos]])
+            start, new_src, new_tgt = pos, s, t
+        max_src, max_tgt = new_src, new_tgt
+    if start < len(order):
+        batches.append(indices[order[start:]])
+    if shuffle:
+        perm = rng.permutation(len(batches))
+        batches = [batches[i] for i in perm]
+    return batches
+
+
+def collate(
+    data: ParallelIdsLike, rows: np.ndarray, pad_id: int, bos_id: int, eos_id: int, rank: int = 0, world: int = 1
+) -> Batch:
+    """Tensors for this rank's share (rows[rank::world]) of one global batch."""
+    global_tgt = int(sum(int(data.tgt_lengths[i]) + 1 for i in rows))
+    global_src = int(sum(int(data.src_lengths[i]) + 1 for i in rows))
+    mine = rows[rank::world]
+    srcs = [data.src(int(i)) for i in mine]
+    tgts = [data.tgt(int(i)) for i in mine]
+    n = len(mine)
+    src = torch.full((n, max((len(s) for s in srcs), default=0) + 1), pad_id, dtype=torch.long)
+    tgt_len = max((len(t) for t in tgts), default=0) + 1
+    tgt_in = torch.full((n, tgt_len), pad_id, dtype=torch.long)
+    tgt_out = torch.full((n, tgt_len), pad_id, dtype=torch.long)
+    for b, (s, t) in enumerate(zip(srcs, tgts)):
+        src[b, : len(s)] = torch.from_numpy(s.astype(np.int64))
+        src[b, len(s)] = eos_id
+        t64 = torch.from_numpy(t.astype(np.int64))
+        tgt_in[b, 0] = bos_id
+        tgt_in[b, 1 : len(t) + 1] = t64
+        tgt_out[b, : len(t)] = t64
+        tgt_out[b, len(t)] = eos_id
+    return Batch(src, tgt_in, tgt_out, global_tgt, global_src)
+
+
+class EpochIterator:
+    """Batches of one epoch starting at batch ``start`` (for resuming mid-epoch)."""
+
+    def __init__(
+        self,
+        data: ParallelIdsLike,
+        indices: np.ndarray,
+        *,
+        max_tokens: int,
+        seed: int,
+        epoch: int,
+        pad_id: int,
+        bos_id: int,
+        eos_id: int,
+        rank: int = 0,
+        world: int = 1,
+        start: int = 0,
+    ) -> None:
+        self.batches = make_batches(data, indices, max_tokens, seed, epoch)
+        self.data, self.position = data, start
+        self.pad_id, self.bos_id, self.eos_id, self.rank, self.world = pad_id, bos_id, eos_id, rank, world
+
+    def __len__(self) -> int:
+        return len(self.batches)
+
+    def __iter__(self) -> Iterator[Batch]:
+        while self.position < len(self.batches):
+            rows = self.batches[self.position]
+            self.position += 1
+            yield collate(self.data, rows, self.pad_id, self.bos_id, self.eos_id, self.rank, self.world)

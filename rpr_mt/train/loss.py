@@ -1,0 +1,21 @@
+"""Label-smoothed cross entropy (Szegedy et al., 2016), as used by Vaswani et al. (2017) and Shaw et al. (2018)."""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+
+def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
+    """Summed smoothed loss and summed NLL over the rows of ``logits`` [N, V] with gold ``target`` [N].
+
+    The smoothed target puts 1 - epsilon on the gold token and spreads epsilon uniformly over the vocabulary
+    (fairseq's formulation): loss = (1 - eps) * nll + eps * mean_v(-log p_v). Callers pass only non-pad rows, so
+    padding costs neither the log-softmax nor the loss. The log-softmax runs in float32 even under autocast.
+    """
+    lprobs = F.log_softmax(logits.float(), dim=-1)  # [N, V]
+    nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N]
+    smooth = -lprobs.mean(dim=-1)  # [N]
+    loss = (1.0 - epsilon) * nll + epsilon * smooth
+    return loss.sum(), nll.sum()
