@@ -1,0 +1,148 @@
+"""Token-id arrays: writing them from cleaned text, and the memory-mapped reader the trainer uses.
+
+Per split and side (``src``/``tgt``) two numpy files::
+
+    {split}.{side}.ids.npy      all sentences' piece ids concatenated (uint16 if the vocabulary has < 65536
+                                pieces, else int32); bare pieces, no bos/eos
+    {split}.{side}.offsets.npy  int64, len = sentences + 1; sentence i is ids[offsets[i]:offsets[i+1]]
+
+Both load with ``mmap_mode="r"``, so training touches only the pages it reads.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from itertools import chain, islice
+from pathlib import Path
+from typing import Iterator, Optional
+
+import numpy as np
+from tqdm import tqdm
+
+from rpr_mt.data.vocab import Vocab
+from rpr_mt.errors import UserError
+
+SIDES = ("src", "tgt")
+_BATCH_LINES = 8192  # sentences encoded per SentencePiece call: bounds memory while keeping the C++ side busy
+_COPY_CHUNK = 1 << 24  # ids copied per step from the raw scratch file into the .npy
+
+
+def id_dtype(vocab_size: int) -> np.dtype:
+    return np.dtype(np.uint16) if vocab_size < 65536 else np.dtype(np.int32)
+
+
+def ids_file(data_dir: Path, split: str, side: str) -> Path:
+    return Path(data_dir) / f"{split}.{side}.ids.npy"
+
+
+def offsets_file(data_dir: Path, split: str, side: str) -> Path:
+    return Path(data_dir) / f"{split}.{side}.offsets.npy"
+
+
+@dataclass
+class SideStats:
+    sentences: int = 0
+    tokens: int = 0
+    unknown: int = 0
+
+
+def _read_text(path: Path) -> Iterator[str]:
+    with open(path, "rb") as f:  # split on b"\n" only, like the writer
+        for raw in f:
+            yield raw.rstrip(b"\n").decode("utf-8")
+
+
+def binarize_text(
+    text_path: Path,
+    vocab: Vocab,
+    data_dir: Path,
+    split: str,
+    side: str,
+    n_lines: int,
+    *,
+    progress: bool = True,
+    desc: str = "",
+) -> SideStats:
+    """Encode ``text_path`` (``n_lines`` lines) into the id and offset files of (split, side).
+
+    Memory is O(one batch of sentences): ids go to a scratch file as they are produced, offsets into a
+    memory-mapped array, and the scratch file is copied into the final .npy in chunks.
+    """
+    dtype = id_dtype(vocab.size)
+    stats = SideStats()
+    offsets = np.lib.format.open_memmap(offsets_file(data_dir, split, side), mode="w+", dtype=np.int64,
+                                        shape=(n_lines + 1,))
+    offsets[0] = 0
+    scratch = Path(data_dir) / f"{split}.{side}.ids.tmp"
+    lines = _read_text(text_path)
+    with open(scratch, "wb") as out, tqdm(total=n_lines, desc=desc, unit=" sent", unit_scale=True,
+                                          disable=not progress, leave=False) as bar:
+        while batch := list(islice(lines, _BATCH_LINES)):
+            if stats.sentences + len(batch) > n_lines:
+                raise RuntimeError(f"{text_path} has more than the expected {n_lines} lines")
+            encoded = vocab.encode_batch(batch)
+            lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
+            flat = np.fromiter(chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
+            start = stats.sentences
+            offsets[start + 1:start + 1 + len(batch)] = stats.tokens + np.cumsum(lengths)
+            out.write(flat.astype(dtype).tobytes())
+            stats.sentences += len(batch)
+            stats.tokens += int(flat.size)
+            stats.unknown += int(np.count_nonzero(flat == vocab.unk_id))
+            bar.update(len(batch))
+    if stats.sentences != n_lines:
+        raise RuntimeError(f"{text_path} has {stats.sentences} lines, expected {n_lines}")
+    offsets.flush()
+    del offsets
+    _scratch_to_npy(scratch, ids_file(data_dir, split, side), dtype, stats.tokens)
+    return stats
+
+
+def _scratch_to_npy(scratch: Path, target: Path, dtype: np.dtype, count: int) -> None:
+    if count == 0:  # np.memmap cannot map an empty file
+        np.save(target, np.zeros(0, dtype=dtype))
+    else:
+        source = np.memmap(scratch, dtype=dtype, mode="r", shape=(count,))
+        final = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=(count,))
+        for start in range(0, count, _COPY_CHUNK):
+            final[start:start + _COPY_CHUNK] = source[start:start + _COPY_CHUNK]
+        final.flush()
+        del final, source
+    scratch.unlink()
+
+
+class ParallelIds:
+    """Memory-mapped token ids of one split: ``len()``, ``src(i)``/``tgt(i)`` and per-sentence lengths."""
+
+    def __init__(self, src_ids: np.ndarray, src_offsets: np.ndarray, tgt_ids: np.ndarray,
+                 tgt_offsets: np.ndarray) -> None:
+        if len(src_offsets) != len(tgt_offsets):
+            raise ValueError("source and target have different numbers of sentences")
+        self._src, self._src_off = src_ids, src_offsets
+        self._tgt, self._tgt_off = tgt_ids, tgt_offsets
+        self.src_lengths: np.ndarray = np.diff(src_offsets)
+        self.tgt_lengths: np.ndarray = np.diff(tgt_offsets)
+
+    def __len__(self) -> int:
+        return len(self._src_off) - 1
+
+    def src(self, i: int) -> np.ndarray:
+        return self._src[self._src_off[i]:self._src_off[i + 1]]
+
+    def tgt(self, i: int) -> np.ndarray:
+        return self._tgt[self._tgt_off[i]:self._tgt_off[i + 1]]
+
+
+def load_split(data_dir: str | Path, split: str, *, mmap: bool = True) -> ParallelIds:
+    """Open the id arrays of ``split`` ("train", "dev", "test") in a prepared data directory."""
+    data_dir = Path(data_dir)
+    mode: Optional[str] = "r" if mmap else None
+    arrays = []
+    for side in SIDES:
+        for path in (ids_file(data_dir, split, side), offsets_file(data_dir, split, side)):
+            if not path.is_file():
+                have = sorted({p.name.split(".")[0] for p in data_dir.glob("*.src.ids.npy")})
+                raise UserError(f"no prepared '{split}' split in {data_dir} (missing {path.name}; prepared splits: "
+                                f"{', '.join(have) or 'none'}); run `rpr-mt prepare`")
+            arrays.append(np.load(path, mmap_mode=mode))
+    return ParallelIds(*arrays)

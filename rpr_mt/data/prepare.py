@@ -1,0 +1,392 @@
+"""``rpr-mt prepare``: raw parallel text -> cleaned text -> joint SentencePiece model -> token-id arrays + manifest.
+
+Layout of ``data.output_dir``::
+
+    manifest.json                       what was built from what (see ``_manifest``); written last
+    spm.model, spm.vocab                joint SentencePiece model (pad=0, unk=1, bos=2, eos=3)
+    {split}.{src,tgt}.ids.npy           token ids per split (see rpr_mt.data.binarize)
+    {split}.{src,tgt}.offsets.npy
+    {split}.{src_lang}, {split}.{tgt_lang}   cleaned UTF-8 text of every split except train (BLEU references and
+                                        translation inputs; one line per official line, empty lines kept)
+
+Memory stays bounded whatever the corpus size: O(data.spm_sample_sentences) for the SentencePiece sample, plus one
+encoding batch, plus (only with data.dedup) ~70 bytes per kept training pair. Everything is written to a temporary
+directory beside ``output_dir`` and renamed into place, so an interrupted run never leaves half-made data.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import errno
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+from pathlib import Path
+from typing import Any, Iterator, Optional, TextIO
+
+import rpr_mt
+from rpr_mt.config import DataConfig
+from rpr_mt.data import binarize, sources
+from rpr_mt.data.clean import CleanStats, TrainFilter, require_some_kept, write_clean_split
+from rpr_mt.data.vocab import BOS_ID, EOS_ID, MODEL_FILE, PAD_ID, UNK_ID, ReservoirSample, Vocab, \
+    train_sentencepiece
+from rpr_mt.errors import UserError
+
+try:  # advisory lock that tells a live prepare run from a killed one; absent on Windows
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
+log = logging.getLogger(__name__)
+
+FORMAT_VERSION = 1  # bump when the on-disk layout or its meaning changes: older prepared data becomes stale
+MANIFEST = "manifest.json"
+SAMPLE_SEED = 20180306  # seeds the reservoir sample SentencePiece trains on
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+_LOCK = ".lock"
+_IO_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM}
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Public API
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -> Path:
+    """Build the prepared data for ``config`` in ``config.output_dir`` (a no-op when it is up to date)."""
+    _validate(config)
+    out = Path(os.path.abspath(config.output_dir))  # normalised: "data/demo/" and "./data/demo" are one place
+    _remove_leftovers(out)
+    if not force:
+        reason = check_prepared(config)
+        if reason is None:
+            log.info("%s is up to date (use --force to rebuild)", config.output_dir)
+            return out
+        log.info("preparing %s (%s)", config.output_dir, reason)
+    if out.exists() and not (out / MANIFEST).is_file() and (not out.is_dir() or any(out.iterdir())):
+        raise UserError(f"data.output_dir {config.output_dir} exists and does not hold prepared data (no {MANIFEST}); "
+                        "refusing to replace it: remove it or choose another data.output_dir")
+    tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
+    try:
+        out.parent.mkdir(parents=True, exist_ok=True)
+        shutil.rmtree(tmp, ignore_errors=True)
+        tmp.mkdir()
+    except OSError as exc:
+        raise UserError(f"cannot create data.output_dir {out}: {exc.strerror or exc}") from None
+    try:
+        with _locked(tmp):
+            manifest = _build(config, tmp, progress)
+            _swap_into_place(tmp, out)
+    except OSError as exc:
+        shutil.rmtree(tmp, ignore_errors=True)
+        if exc.errno in _IO_ERRORS:  # disk full, permissions, ...: the user's to fix, not a bug
+            raise UserError(f"{exc.filename or tmp}: {exc.strerror} (while preparing {config.output_dir})") from None
+        raise
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    _print_summary(manifest, sys.stdout)
+    return out
+
+
+def read_manifest(data_dir: str | Path) -> dict[str, Any]:
+    """The manifest of a prepared data directory (UserError when missing or unreadable)."""
+    path = Path(data_dir) / MANIFEST
+    if not path.is_file():
+        raise UserError(f"no prepared data in {data_dir} ({MANIFEST} missing); run `rpr-mt prepare`")
+    try:
+        manifest = json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise UserError(f"{path}: unreadable manifest ({exc})") from None
+    if not isinstance(manifest, dict):
+        raise UserError(f"{path}: unreadable manifest (not a JSON object)")
+    return manifest
+
+
+def check_prepared(config: DataConfig) -> Optional[str]:
+    """None when ``config.output_dir`` holds data prepared from this config and these inputs, else a one-line
+    reason starting with "missing" or "stale". Local inputs are re-hashed only when their size or mtime changed;
+    hub datasets are compared by name and config (checking for new hub revisions would need the network)."""
+    out = Path(config.output_dir)
+    if not (out / MANIFEST).is_file():
+        return f"missing: no prepared data in {out}"
+    try:
+        manifest = read_manifest(out)
+    except UserError as exc:
+        return f"stale: {exc}"
+    if manifest.get("format_version") != FORMAT_VERSION:
+        return f"stale: prepared with data format {manifest.get('format_version')}, this rpr-mt uses {FORMAT_VERSION}"
+    old, new = manifest.get("config", {}), relevant_config(config)
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            return f"stale: data.{key} changed ({_short(old.get(key))} -> {_short(new.get(key))})"
+    reason = _inputs_changed(config, manifest.get("inputs", {}))
+    if reason:
+        return f"stale: {reason}"
+    for name in manifest.get("files", []):
+        if not (out / name).is_file():
+            return f"stale: {out / name} is missing"
+    return None
+
+
+def reference_files(data_dir: str | Path, split: str) -> tuple[Path, Path]:
+    """The cleaned source and target text of a non-training split (translate input, BLEU reference)."""
+    manifest = read_manifest(data_dir)
+    src, tgt = (Path(data_dir) / f"{split}.{manifest[k]}" for k in ("src_lang", "tgt_lang"))
+    if not src.is_file() or not tgt.is_file():
+        raise UserError(f"no text for split '{split}' in {data_dir} (have: {', '.join(manifest['splits'])})")
+    return src, tgt
+
+
+def relevant_config(config: DataConfig) -> dict[str, Any]:
+    """The data config fields that affect the prepared output (paths are excluded: inputs are compared by hash)."""
+    keys = ["source", "src_lang", "tgt_lang", "max_train_pairs", "max_words", "max_length_ratio", "dedup",
+            "vocab_size", "spm_model_type", "spm_character_coverage", "spm_sample_sentences"]
+    relevant: dict[str, Any] = {k: getattr(config, k) for k in keys}
+    if config.source == "demo":
+        relevant.update(demo_sizes=dict(config.demo_sizes), demo_seed=config.demo_seed)
+    if config.source == "files":
+        relevant["splits"] = {n: "tsv" if s.tsv is not None else "src+tgt" for n, s in config.splits.items()}
+    if config.source == "multi30k":
+        relevant["multi30k_dir"] = "local" if config.multi30k_dir is not None else "hub"
+    return json.loads(json.dumps(relevant, sort_keys=True))  # normalise as it reads back from JSON
+
+
+def config_hash(config: DataConfig) -> str:
+    text = json.dumps({"format": FORMAT_VERSION, **relevant_config(config)}, sort_keys=True)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Building
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _validate(config: DataConfig) -> None:
+    if config.src_lang == config.tgt_lang:
+        raise UserError(f"data.src_lang and data.tgt_lang must differ (both are '{config.src_lang}')")
+    for key in ("src_lang", "tgt_lang"):
+        if not _SPLIT_NAME.match(getattr(config, key)):
+            raise UserError(f"data.{key} must be a plain language code like 'en' (got {getattr(config, key)!r})")
+    names = config.demo_sizes if config.source == "demo" else config.splits if config.source == "files" else {}
+    prefix = "data.demo_sizes" if config.source == "demo" else "data.splits"
+    for name in names:
+        if not _SPLIT_NAME.match(name):
+            raise UserError(f"{prefix}.{name}: split names may use only letters, digits, '_' and '-'")
+    if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
+        raise UserError(f"data.output_dir must name a directory of its own (got {config.output_dir!r})")
+    if config.max_train_pairs is not None and config.max_train_pairs <= 0:
+        raise UserError("data.max_train_pairs must be positive")
+
+
+def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:
+    corpus = sources.open_corpus(config)
+    sample = ReservoirSample(config.spm_sample_sentences, SAMPLE_SEED)
+
+    def add_to_sample(src: str, tgt: str) -> None:
+        sample.add(src)
+        sample.add(tgt)
+
+    clean: dict[str, CleanStats] = {}
+    for name, reader in corpus.splits.items():
+        train = name == "train"
+        with contextlib.closing(reader.open()) as pairs:  # type: ignore[arg-type]
+            stats = write_clean_split(
+                pairs, tmp / f"{name}.{config.src_lang}", tmp / f"{name}.{config.tgt_lang}",
+                keep=TrainFilter(config.max_words, config.max_length_ratio, config.dedup) if train else None,
+                limit=config.max_train_pairs if train else None, on_kept=add_to_sample if train else None,
+                progress=progress, desc=f"reading {name}", total=reader.total,
+            )
+        if train:
+            require_some_kept(stats, reader.origin, config.max_words, config.max_length_ratio)
+            log.info("train: kept %d of %d pairs (dropped: %s)", stats.kept, stats.read,
+                     stats.describe(config.max_words, config.max_length_ratio))
+        elif stats.read == 0:
+            raise UserError(f"the {name} split of {reader.origin} is empty")
+        clean[name] = stats
+
+    log.info("training SentencePiece (%s, %d pieces) on %d sentences", config.spm_model_type, config.vocab_size,
+             len(sample.items))
+    model_path = train_sentencepiece(sample.items, tmp, vocab_size=config.vocab_size,
+                                     model_type=config.spm_model_type,
+                                     character_coverage=config.spm_character_coverage)
+    sample_size = len(sample.items)
+    del sample
+    vocab = Vocab.load(model_path)
+
+    tokens: dict[str, dict[str, binarize.SideStats]] = {}
+    for name in corpus.splits:
+        tokens[name] = {}
+        for side, lang in (("src", config.src_lang), ("tgt", config.tgt_lang)):
+            tokens[name][side] = binarize.binarize_text(
+                tmp / f"{name}.{lang}", vocab, tmp, name, side, clean[name].kept, progress=progress,
+                desc=f"encoding {name}.{lang}",
+            )
+        if name == "train":  # only dev/test text is kept (references); train text can be huge
+            for lang in (config.src_lang, config.tgt_lang):
+                (tmp / f"{name}.{lang}").unlink()
+
+    manifest = _manifest(config, corpus.inputs, clean, tokens, vocab, sample_size)
+    manifest["files"] = sorted(p.name for p in tmp.iterdir() if p.name != _LOCK)
+    (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    return manifest
+
+
+def _manifest(config: DataConfig, inputs: dict[str, Any], clean: dict[str, CleanStats],
+              tokens: dict[str, dict[str, binarize.SideStats]], vocab: Vocab, sample_size: int) -> dict[str, Any]:
+    splits = {}
+    for name, stats in clean.items():
+        entry: dict[str, Any] = {"read": stats.read, "kept": stats.kept}
+        if name == "train":
+            entry["dropped"] = stats.dropped
+            entry["truncated_at"] = config.max_train_pairs
+        for side, s in tokens[name].items():
+            entry[f"{side}_tokens"], entry[f"{side}_unknown"] = s.tokens, s.unknown
+        splits[name] = entry
+    return {
+        "format_version": FORMAT_VERSION,
+        "package_version": rpr_mt.__version__,
+        "created": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
+        "source": config.source,
+        "src_lang": config.src_lang,
+        "tgt_lang": config.tgt_lang,
+        "config": relevant_config(config),
+        "config_hash": config_hash(config),
+        "inputs": inputs,
+        "splits": splits,
+        "id_dtype": str(binarize.id_dtype(vocab.size)),
+        "sentencepiece": {
+            "model_file": MODEL_FILE,
+            "model_sha256": vocab.fingerprint,
+            "model_type": config.spm_model_type,
+            "vocab_size": vocab.size,
+            "character_coverage": config.spm_character_coverage,
+            "sample_limit": config.spm_sample_sentences,
+            "sample_sentences": sample_size,
+            "sample_seed": SAMPLE_SEED,
+            "pad_id": PAD_ID, "unk_id": UNK_ID, "bos_id": BOS_ID, "eos_id": EOS_ID,
+        },
+    }
+
+
+def _inputs_changed(config: DataConfig, old: dict[str, Any]) -> Optional[str]:
+    if config.source == "demo":
+        from rpr_mt.data.demo import GENERATOR_VERSION
+
+        if old.get("kind") != "demo" or old.get("generator_version") != GENERATOR_VERSION:
+            return f"the demo generator changed (version {old.get('generator_version')} -> {GENERATOR_VERSION})"
+        return None
+    files = sources.local_inputs(config)
+    if not files:  # hub
+        if old.get("kind") != "hub":
+            return "the inputs changed from local files to the Hugging Face hub"
+        return None
+    if old.get("kind") != "files":
+        return "the inputs changed from the Hugging Face hub to local files"
+    recorded: dict[str, Any] = old.get("files", {})
+    if set(recorded) != set(files):
+        return f"the input files changed ({', '.join(sorted(set(recorded) ^ set(files)))})"
+    for role, path in files.items():
+        if not path.is_file():
+            return f"input {path} is missing"
+        before, stat = recorded[role], path.stat()
+        same_stat = (before.get("path") == str(path.resolve()) and before.get("size") == stat.st_size
+                     and before.get("mtime_ns") == stat.st_mtime_ns)
+        if not same_stat and sources.sha256_file(path) != before.get("sha256"):
+            return f"input {path} changed (sha256 differs)"
+    return None
+
+
+def _short(value: Any) -> str:
+    text = json.dumps(value, sort_keys=True)
+    return text if len(text) <= 60 else text[:57] + "..."
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Temporary directory, locking, atomic replacement
+# ------------------------------------------------------------------------------------------------------------------
+
+
+@contextlib.contextmanager
+def _locked(tmp: Path) -> Iterator[None]:
+    """Hold an advisory lock inside ``tmp`` while building, so a later run can tell our directory from a killed
+    run's leftover (the kernel drops the lock when a process dies)."""
+    lock = open(tmp / _LOCK, "w")
+    try:
+        if fcntl is not None:
+            fcntl.flock(lock, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        yield
+    finally:
+        lock.close()
+
+
+def _remove_leftovers(out: Path) -> None:
+    """Delete temporary/old directories of killed runs; refuse to run beside a live one."""
+    if not out.parent.is_dir():
+        return
+    for path in out.parent.glob(f".{out.name}.*-*"):
+        if not re.fullmatch(rf"\.{re.escape(out.name)}\.(tmp|old)-\d+", path.name) or not path.is_dir():
+            continue
+        if path.name.startswith(f".{out.name}.tmp-") and _is_locked(path / _LOCK):
+            raise UserError(f"another `rpr-mt prepare` is writing {out} (temporary directory {path}); wait for it "
+                            "to finish, or delete that directory if no such process is running")
+        log.info("removing leftover %s from an interrupted run", path)
+        shutil.rmtree(path, ignore_errors=True)
+
+
+def _is_locked(lock_path: Path) -> bool:
+    if fcntl is None or not lock_path.is_file():
+        return False
+    with open(lock_path, "a") as f:
+        try:
+            fcntl.flock(f, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            return True
+        fcntl.flock(f, fcntl.LOCK_UN)
+        return False
+
+
+def _swap_into_place(tmp: Path, out: Path) -> None:
+    """Rename the finished directory into place: old away, new in, old deleted."""
+    (tmp / _LOCK).unlink()
+    old = out.parent / f".{out.name}.old-{os.getpid()}"
+    if out.exists():
+        os.rename(out, old)
+    os.rename(tmp, out)
+    shutil.rmtree(old, ignore_errors=True)
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# Summary
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def _print_summary(manifest: dict[str, Any], stream: TextIO) -> None:
+    src_lang, tgt_lang = manifest["src_lang"], manifest["tgt_lang"]
+    header = ("split", "pairs", f"{src_lang} tokens", f"{tgt_lang} tokens", f"{src_lang} mean", f"{tgt_lang} mean",
+              f"{src_lang} unk", f"{tgt_lang} unk")
+    rows = [header]
+    for name, s in manifest["splits"].items():
+        pairs = s["kept"]
+        rows.append((
+            name, f"{pairs:,}", f"{s['src_tokens']:,}", f"{s['tgt_tokens']:,}",
+            f"{s['src_tokens'] / max(pairs, 1):.1f}", f"{s['tgt_tokens'] / max(pairs, 1):.1f}",
+            f"{100 * s['src_unknown'] / max(s['src_tokens'], 1):.2f}%",
+            f"{100 * s['tgt_unknown'] / max(s['tgt_tokens'], 1):.2f}%",
+        ))
+    widths = [max(len(r[i]) for r in rows) for i in range(len(header))]
+    spm_info = manifest["sentencepiece"]
+    print(f"prepared {manifest['source']} {src_lang}->{tgt_lang}: {spm_info['model_type']} vocabulary of "
+          f"{spm_info['vocab_size']} pieces (mean lengths in pieces)", file=stream)
+    for row in rows:
+        print("  ".join(c.ljust(w) if i == 0 else c.rjust(w) for i, (c, w) in enumerate(zip(row, widths))),
+              file=stream)
+    train = manifest["splits"].get("train", {})
+    if train.get("dropped"):
+        dropped = ", ".join(f"{k.replace('_', ' ')} {v:,}" for k, v in train["dropped"].items())
+        print(f"train: kept {train['kept']:,} of {train['read']:,} pairs read (dropped: {dropped})", file=stream)
