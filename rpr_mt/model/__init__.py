@@ -1,0 +1,1 @@
+"""Model components: position tables, relation-aware attention and the encoder-decoder Transformer."""
