@@ -1,0 +1,131 @@
+"""Training throughput of relative vs absolute position models on this machine.
+
+Runs real training updates (forward, label-smoothed loss, backward, Adam) of the same model with
+``positions=absolute`` and ``positions=relative`` (k=16, aK+aV, per-head tables) on length-bucketed batches drawn
+from two length regimes, in fp32 and bf16 autocast, and prints target tokens/s and the relative/absolute ratio.
+
+    python benchmarks/bench_train.py                       # d_model 256, 3+3 layers, ~4k target tokens a batch
+    python benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
+
+Regimes (token counts per sentence, target side; source similar):
+    multi30k  lengths from the real Multi30k train split when ../shared is present (pieces ~ 1.25 x words),
+              else a normal(16, 5) clipped to [4, 60]
+    wmt       20-100 tokens, mean ~30 (a gamma distribution shifted to 20), as WMT14 after BPE
+"""
+
+from __future__ import annotations
+
+import argparse
+import gzip
+import statistics
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+from rpr_mt.config import ModelConfig
+from rpr_mt.model.transformer import Seq2Seq
+from rpr_mt.train.batching import collate, make_batches
+from rpr_mt.train.trainer import TranslationLoss, _autocast
+
+MULTI30K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "train.de.gz"
+
+
+class SyntheticIds:
+    """Random token ids with given lengths (the ParallelIds protocol the batcher reads)."""
+
+    def __init__(self, src_lengths: np.ndarray, tgt_lengths: np.ndarray, vocab: int, seed: int = 0) -> None:
+        rng = np.random.default_rng(seed)
+        self.src_lengths, self.tgt_lengths = src_lengths, tgt_lengths
+        self._src = [rng.integers(4, vocab, n).astype(np.int32) for n in src_lengths]
+        self._tgt = [rng.integers(4, vocab, n).astype(np.int32) for n in tgt_lengths]
+
+    def __len__(self) -> int:
+        return len(self.src_lengths)
+
+    def src(self, i: int) -> np.ndarray:
+        return self._src[i]
+
+    def tgt(self, i: int) -> np.ndarray:
+        return self._tgt[i]
+
+
+def lengths(regime: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, np.ndarray]:
+    if regime == "multi30k":
+        if MULTI30K.is_file():
+            with gzip.open(MULTI30K, "rt", encoding="utf-8") as handle:
+                words = np.array([len(line.split()) for line in handle])
+            tgt = np.maximum(1, np.round(rng.choice(words, n) * 1.25)).astype(int)
+        else:
+            tgt = np.clip(rng.normal(16, 5, n), 4, 60).astype(int)
+    elif regime == "wmt":
+        tgt = np.clip(20 + rng.gamma(2.0, 5.0, n), 20, 100).astype(int)
+    else:
+        raise ValueError(regime)
+    src = np.maximum(1, (tgt * rng.uniform(0.8, 1.2, n)).astype(int))
+    return src, tgt
+
+
+def measure(positions: str, precision: str, data: SyntheticIds, args) -> float:
+    torch.manual_seed(0)
+    cfg = ModelConfig(d_model=args.d_model, n_heads=args.heads, encoder_layers=args.layers, decoder_layers=args.layers,
+                      ff_dim=args.ff, dropout=0.1, positions=positions, clip=16, max_positions=256)
+    model = Seq2Seq(cfg, args.vocab)
+    module = TranslationLoss(model, 0.1).train()
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
+    batches = make_batches(data, np.arange(len(data)), args.max_tokens, seed=1, epoch=0)
+    device = torch.device("cpu")
+    times, tokens = [], []
+    for i in range(args.warmup + args.updates):
+        batch = collate(data, batches[i % len(batches)], 0, 2, 3)
+        start = time.perf_counter()
+        with _autocast(device, precision):
+            loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
+        (loss / batch.global_tgt_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        if i >= args.warmup:
+            times.append(time.perf_counter() - start)
+            tokens.append(batch.global_tgt_tokens)
+    return sum(tokens) / sum(times)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--regimes", nargs="+", default=["multi30k", "wmt"])
+    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--ff", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=int, default=3, help="alternating abs/rel measurements; median reported")
+    parser.add_argument("--threads", type=int, default=2)
+    args = parser.parse_args()
+    torch.set_num_threads(args.threads)
+    rng = np.random.default_rng(0)
+    print(f"torch {torch.__version__}, {args.threads} threads; model d={args.d_model}, {args.layers}+{args.layers} "
+          f"layers, {args.heads} heads, ff {args.ff}, vocab {args.vocab}; batches <= {args.max_tokens} tokens a side; "
+          f"{args.updates} timed updates after {args.warmup} warm-up, median of {args.repeats} alternating repeats\n")
+    print("| regime | precision | absolute tgt tok/s | relative k=16 tgt tok/s | relative / absolute |")
+    print("|---|---|---|---|---|")
+    for regime in args.regimes:
+        src, tgt = lengths(regime, 6000, rng)
+        data = SyntheticIds(src, tgt, args.vocab)
+        for precision in args.precisions:
+            results = {"absolute": [], "relative": []}
+            for _ in range(args.repeats):  # alternate so that machine noise hits both alike
+                for positions in results:
+                    results[positions].append(measure(positions, precision, data, args))
+            absolute = statistics.median(results["absolute"])
+            relative = statistics.median(results["relative"])
+            print(f"| {regime} | {precision} | {absolute:,.0f} | {relative:,.0f} | {relative / absolute:.3f} |",
+                  flush=True)
+
+
+if __name__ == "__main__":
+    main()

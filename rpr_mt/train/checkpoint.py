@@ -1,0 +1,203 @@
+"""Checkpoints: atomic writes, ``weights_only`` loads, keep-last-N, averaging, and rebuilding a model for inference.
+
+Layout of a run directory::
+
+    run_dir/config.yaml                          the fully resolved config of the run
+    run_dir/metrics.jsonl                        one JSON record per log line / validation
+    run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last kept)
+    run_dir/checkpoints/checkpoint_best.pt       best dev BLEU (dev loss when BLEU is off)
+    run_dir/checkpoints/checkpoint_avg.pt        from `rpr-mt average-checkpoints` or train.average_last
+
+A checkpoint holds everything needed to translate: the resolved config, the SentencePiece model bytes and their
+fingerprint, and the weights; training checkpoints add optimizer, scaler, RNG states and the data position.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import os
+import re
+import tempfile
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import torch
+
+from rpr_mt.config import Config, config_from_dict
+from rpr_mt.data.vocab import Vocab
+from rpr_mt.errors import UserError
+
+if TYPE_CHECKING:
+    from rpr_mt.model.transformer import Seq2Seq
+
+FORMAT = "rpr-mt-checkpoint/1"
+STEP_PATTERN = re.compile(r"checkpoint_(\d+)\.pt$")
+
+
+def checkpoint_dir(run_dir: str | Path) -> Path:
+    return Path(run_dir) / "checkpoints"
+
+
+def step_checkpoint_path(run_dir: str | Path, step: int) -> Path:
+    return checkpoint_dir(run_dir) / f"checkpoint_{step:08d}.pt"
+
+
+def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
+    """Write atomically: a temporary file in the same directory, fsync, then rename over ``path``.
+
+    A crash at any moment leaves either the old file or the new one, never a truncated checkpoint.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            torch.save(payload, handle)
+            handle.flush()
+            os.fsync(handle.fileno())
+        os.replace(tmp_name, path)
+    except BaseException:
+        Path(tmp_name).unlink(missing_ok=True)
+        raise
+    try:  # make the rename itself durable
+        dir_fd = os.open(path.parent, os.O_RDONLY)
+        try:
+            os.fsync(dir_fd)
+        finally:
+            os.close(dir_fd)
+    except OSError:
+        pass
+
+
+def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:
+    """Load with ``weights_only=True``; a missing, truncated or foreign file is a ``UserError`` naming it."""
+    path = Path(path)
+    if not path.is_file():
+        raise UserError(f"checkpoint not found: {path}")
+    try:
+        payload = torch.load(path, map_location=map_location, weights_only=True)
+    except Exception as exc:  # torch raises several types for truncated/corrupt zip archives
+        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({reason[:120]})") from None
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        raise UserError(f"{path} is not an rpr-mt checkpoint")
+    return payload
+
+
+def list_step_checkpoints(run_dir: str | Path) -> list[Path]:
+    """Numbered checkpoints of a run, oldest first."""
+    directory = checkpoint_dir(run_dir)
+    if not directory.is_dir():
+        return []
+    found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_PATTERN.search(p.name))]
+    return [p for _, p in sorted(found)]
+
+
+def latest_valid_checkpoint(run_dir: str | Path, warn=print) -> tuple[Path, dict[str, Any]] | None:
+    """The newest numbered checkpoint that loads; corrupt ones are reported by name and skipped."""
+    for path in reversed(list_step_checkpoints(run_dir)):
+        try:
+            return path, load_checkpoint(path)
+        except UserError as exc:
+            warn(f"warning: {exc}; falling back to the previous checkpoint")
+    return None
+
+
+def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
+    for path in list_step_checkpoints(run_dir)[:-keep_last]:
+        path.unlink(missing_ok=True)
+
+
+def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
+    """A checkpoint file, or a run directory -> its best / last / averaged checkpoint."""
+    path = Path(path)
+    if path.is_file():
+        return path
+    if not path.is_dir():
+        raise UserError(f"checkpoint not found: {path}")
+    directory = checkpoint_dir(path) if checkpoint_dir(path).is_dir() else path
+    if which == "last":
+        steps = list_step_checkpoints(path) or list_step_checkpoints(directory.parent)
+        if not steps:
+            raise UserError(f"no numbered checkpoints in {directory}")
+        return steps[-1]
+    if which not in ("best", "average"):
+        raise UserError(f"--which must be best, last or average (got {which!r})")
+    name = "checkpoint_best.pt" if which == "best" else "checkpoint_avg.pt"
+    candidate = directory / name
+    if candidate.is_file():
+        return candidate
+    if which == "best":
+        steps = list_step_checkpoints(path)
+        if steps:
+            return steps[-1]
+    raise UserError(f"no {name} in {directory}" + (" (run `rpr-mt average-checkpoints` first)" if which == "average" else ""))
+
+
+def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+    """Mean of the model parameters of ``paths`` (Vaswani et al. 2017 / Shaw et al. 2018 average the last 20).
+
+    The result carries the config and vocabulary of the newest checkpoint and no optimizer state; all inputs must
+    share the same config and vocabulary. Floating-point sums run in float64 to avoid accumulation error.
+    """
+    if not paths:
+        raise UserError("no checkpoints to average")
+    newest = load_checkpoint(paths[-1])
+    sums: dict[str, torch.Tensor] = {}
+    for path in paths:
+        payload = newest if path == paths[-1] else load_checkpoint(path)
+        if payload["vocab"]["fingerprint"] != newest["vocab"]["fingerprint"] or payload["config"]["model"] != newest[
+            "config"
+        ]["model"]:
+            raise UserError(f"{path} has a different model config or vocabulary than {paths[-1]}; cannot average")
+        for key, tensor in payload["model"].items():
+            if tensor.is_floating_point():
+                sums[key] = sums[key] + tensor.double() if key in sums else tensor.double()
+            else:  # integer buffers (none today) are taken from the newest checkpoint
+                sums.setdefault(key, tensor)
+    reference = newest["model"]
+    averaged = {
+        k: (v / len(paths)).to(reference[k].dtype) if reference[k].is_floating_point() else v for k, v in sums.items()
+    }
+    return {
+        "format": FORMAT,
+        "step": newest.get("step"),
+        "config": newest["config"],
+        "vocab": newest["vocab"],
+        "model": averaged,
+        "averaged_from": [str(p) for p in paths],
+    }
+
+
+def vocab_payload(spm_model_path: str | Path) -> dict[str, Any]:
+    """The vocabulary as stored in a checkpoint: SentencePiece model bytes, their sha256 and the size."""
+    vocab = Vocab.load(spm_model_path)
+    data = Path(spm_model_path).read_bytes()
+    return {
+        "fingerprint": vocab.fingerprint,
+        "size": vocab.size,
+        "spm_model": torch.frombuffer(bytearray(data), dtype=torch.uint8),
+    }
+
+
+def vocab_from_payload(vocab: dict[str, Any]) -> Vocab:
+    """Rebuild the SentencePiece vocabulary stored in a checkpoint (no dependency on the data directory)."""
+    with tempfile.TemporaryDirectory() as tmp:
+        path = Path(tmp) / "spm.model"
+        path.write_bytes(vocab["spm_model"].numpy().tobytes())
+        return Vocab.load(path)
+
+
+def load_for_inference(
+    path: str | Path, which: str = "best", device: str | torch.device = "cpu"
+) -> tuple["Seq2Seq", Config, Vocab, Path]:
+    """Model (eval mode), config and vocabulary from a checkpoint file or a run directory."""
+    from rpr_mt.model.transformer import Seq2Seq  # deferred: keeps checkpoint I/O importable without the model
+
+    resolved = resolve_checkpoint(path, which)
+    payload = load_checkpoint(resolved)
+    config = config_from_dict(payload["config"], origin=str(resolved))
+    vocab = vocab_from_payload(payload["vocab"])
+    model = Seq2Seq(config.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    model.load_state_dict(payload["model"])
+    return model.to(device).eval(), config, vocab, resolved

@@ -1,0 +1,595 @@
+"""The training loop: token-budget batches, accumulation, autocast, DDP, validation, checkpoints, signals.
+
+``train(config)`` is the importable entry point behind ``rpr-mt train``. Under ``torchrun`` it runs data-parallel
+(DistributedDataParallel; NCCL on CUDA, gloo on CPU): every rank builds the same global batches and takes its share
+of each, so W processes compute the same update as one process with the same global batch. Rank 0 alone writes
+checkpoints, metrics and logs.
+
+Resuming restores model, optimizer, grad scaler, RNG states and the (epoch, batch) position, so an interrupted and
+resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The
+``budget`` schedule depends on wall-clock time and is therefore not bit-reproducible.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import math
+import os
+import resource
+import shutil
+import signal
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+from torch import Tensor, nn
+
+from rpr_mt.config import Config, config_to_dict, save_config
+from rpr_mt.data.binarize import ids_file, load_split
+from rpr_mt.data.prepare import check_prepared, prepare
+from rpr_mt.data.vocab import Vocab
+from rpr_mt.errors import UserError
+from rpr_mt.model.transformer import Seq2Seq, count_parameters
+from rpr_mt.train import checkpoint as ckpt
+from rpr_mt.train.batching import Batch, EpochIterator, collate, make_batches, usable_examples
+from rpr_mt.train.loss import label_smoothed_nll
+from rpr_mt.train.schedule import learning_rate
+
+# Train keys that may change between an interrupted run and its resumption (stopping rules, logging, threads).
+RESUMABLE_TRAIN_KEYS = {
+    "max_steps", "max_epochs", "max_time", "patience", "log_every", "save_every", "validate_every", "keep_last",
+    "num_threads", "valid_bleu", "valid_max_sentences", "valid_beam_size", "average_last", "max_bad_updates", "device",
+}
+
+
+@dataclass
+class TrainResult:
+    run_dir: Path
+    step: int
+    epoch: int
+    stopped_by: str  # max_steps | max_epochs | max_time | patience | signal | dry_run
+    best_bleu: float | None
+    last_checkpoint: Path | None
+    parameters: int
+    target_tokens: int = 0  # target tokens trained on in this invocation (all ranks)
+    seconds: float = 0.0  # wall-clock seconds of this invocation, start-up and validation included
+    peak_memory_mb: float = 0.0
+
+
+class TranslationLoss(nn.Module):
+    """Model + label-smoothed loss in one module, so DistributedDataParallel wraps the whole forward."""
+
+    def __init__(self, model: Seq2Seq, label_smoothing: float) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+        hidden = self.model.decode_hidden(tgt_in, self.model.encode(src))  # [B, T, D]
+        keep = tgt_out.ne(self.model.pad_id)
+        # Project only non-pad positions: padding then costs neither the vocabulary matmul nor the log-softmax.
+        logits = self.model.output_logits(hidden[keep])  # [N, V]
+        return label_smoothed_nll(logits, tgt_out[keep], self.label_smoothing)
+
+
+@dataclass
+class _Distributed:
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def all_true(self, flag: bool, device: torch.device) -> bool:
+        if self.world == 1:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MIN)
+        return bool(value.item() > 0)
+
+
+def _init_distributed(device_kind: str) -> _Distributed:
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return _Distributed()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return _Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))
+
+
+def _pick_device(cfg: Config, dd: _Distributed) -> torch.device:
+    kind = cfg.train.device
+    if kind == "auto":
+        kind = "cuda" if torch.cuda.is_available() else "cpu"
+    if kind == "cuda":
+        if not torch.cuda.is_available():
+            raise UserError("train.device is 'cuda' but no CUDA device is available")
+        torch.cuda.set_device(dd.local_rank)
+        return torch.device("cuda", dd.local_rank)
+    return torch.device("cpu")
+
+
+def _autocast(device: torch.device, precision: str):
+    if precision == "fp32":
+        return contextlib.nullcontext()
+    dtype = torch.bfloat16 if precision == "bf16" else torch.float16
+    return torch.autocast(device_type=device.type, dtype=dtype)
+
+
+def _peak_memory_mb(device: torch.device) -> float:
+    if device.type == "cuda":
+        return torch.cuda.max_memory_allocated(device) / 2**20
+    return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
+
+
+def _config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    diffs = []
+    for section in ("data", "model", "train"):
+        for key in sorted(set(old.get(section, {})) | set(new.get(section, {}))):
+            if section == "train" and key in RESUMABLE_TRAIN_KEYS:
+                continue
+            a, b = old.get(section, {}).get(key), new.get(section, {}).get(key)
+            if a != b:
+                diffs.append(f"{section}.{key}: {a!r} -> {b!r}")
+    return diffs
+
+
+class _Logger:
+    """tqdm bar on a terminal, plain lines otherwise; metrics.jsonl; TensorBoard when installed. Rank 0 only."""
+
+    def __init__(self, run_dir: Path, enabled: bool, progress: bool | None, total: int | None, initial: int) -> None:
+        self.enabled = enabled
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.bar = None
+        self.tensorboard = None
+        if not enabled:
+            return
+        use_bar = sys.stderr.isatty() if progress is None else progress
+        if use_bar:
+            from tqdm import tqdm
+
+            self.bar = tqdm(total=total, initial=initial, unit="upd", dynamic_ncols=True, file=sys.stderr)
+        try:
+            from torch.utils.tensorboard import SummaryWriter
+
+            self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+        except Exception:  # tensorboard is optional
+            self.tensorboard = None
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def record(self, record: dict[str, Any], line: str | None = None) -> None:
+        if not self.enabled:
+            return
+        with open(self.metrics_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and key != "step":
+                    self.tensorboard.add_scalar(key, value, record["step"])
+        if line is not None:
+            if self.bar is None:
+                self.message(line)
+
+    def advance(self, step: int, postfix: dict[str, Any]) -> None:
+        if self.bar is not None:
+            self.bar.n = step
+            self.bar.set_postfix(postfix, refresh=True)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+
+
+class _StopSignal:
+    """First SIGINT/SIGTERM asks the loop to save and stop at the next update; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "_StopSignal":
+        if threading_main():
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = signal.Signals(signum).name
+        for sig, handler in self.previous.items():  # a second signal gets the default behaviour
+            signal.signal(sig, handler)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+def threading_main() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def _load_data(cfg: Config, dd: _Distributed, log: Callable[[str], None]) -> Path:
+    """Prepared data directory; prepares it first (rank 0) when it is missing or stale."""
+    reason = check_prepared(cfg.data)
+    if reason is not None:
+        if dd.is_main:
+            log(f"data in {cfg.data.output_dir} needs preparing ({reason}); running `rpr-mt prepare` first")
+            prepare(cfg.data)
+        dd.barrier()
+        reason = check_prepared(cfg.data)
+        if reason is not None:
+            raise UserError(f"data in {cfg.data.output_dir} is still not usable ({reason}); run `rpr-mt prepare`")
+    return Path(cfg.data.output_dir)
+
+
+def evaluate_loss(model: Seq2Seq, data, indices: np.ndarray, cfg: Config, device: torch.device) -> tuple[float, int]:
+    """Mean per-token NLL (no smoothing) of ``data`` rows ``indices``; returns (nll, tokens)."""
+    loss_module = TranslationLoss(model, 0.0)
+    total, tokens = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode(), _autocast(device, cfg.train.precision):
+        for rows in make_batches(data, indices, cfg.train.max_tokens, seed=0, epoch=0, shuffle=False):
+            batch = collate(data, rows, model.pad_id, model.bos_id, model.eos_id).to(device)
+            _, nll = loss_module(batch.src, batch.tgt_in, batch.tgt_out)
+            total += float(nll)
+            tokens += batch.global_tgt_tokens
+    model.train(was_training)
+    return total / max(tokens, 1), tokens
+
+
+def dev_bleu(model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: torch.device) -> float | None:
+    """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``."""
+    import sacrebleu
+
+    from rpr_mt.decode.translate import read_lines, translate_lines
+
+    src_path = data_dir / f"dev.{cfg.data.src_lang}"
+    ref_path = data_dir / f"dev.{cfg.data.tgt_lang}"
+    if not src_path.is_file() or not ref_path.is_file():
+        return None
+    n = cfg.train.valid_max_sentences
+    sources, references = read_lines(src_path)[:n], read_lines(ref_path)[:n]
+    decode = dataclasses.replace(cfg.decode, beam_size=cfg.train.valid_beam_size, nbest=1)
+    hypotheses = translate_lines(model, vocab, sources, decode=decode, device=device, progress=False)
+    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+
+
+def train(
+    cfg: Config, *, overwrite: bool = False, dry_run: bool = False, progress: bool | None = None
+) -> TrainResult:
+    """Train (or resume) the run described by ``cfg``; see the module docstring."""
+    t = cfg.train
+    start_time = time.monotonic()
+    if t.num_threads is not None:
+        torch.set_num_threads(t.num_threads)
+    kind = t.device if t.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    if t.precision == "fp16" and kind != "cuda":
+        raise UserError("train.precision 'fp16' needs CUDA; use 'bf16' on CPU")
+    dd = _init_distributed(kind)
+    device = _pick_device(cfg, dd)
+    run_dir = Path(t.run_dir)
+
+    def log(text: str) -> None:
+        if dd.is_main:
+            print(text, file=sys.stderr, flush=True)
+
+    tokens_per_update = t.max_tokens * t.update_freq
+    if dry_run:
+        vocab_size = cfg.data.vocab_size
+        model = Seq2Seq(cfg.model, vocab_size)
+        if dd.is_main:
+            print(model)
+            print(f"parameters: {count_parameters(model):,} (vocabulary {vocab_size:,})")
+            print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
+                  f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
+        return TrainResult(run_dir, 0, 0, "dry_run", None, None, count_parameters(model))
+
+    # -- run directory: refuse to mix two different runs ------------------------------------------------------------
+    config_path = run_dir / "config.yaml"
+    if dd.is_main and config_path.is_file():
+        import yaml
+
+        old = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        diffs = _config_differences(old, config_to_dict(cfg))
+        if diffs and not overwrite:
+            raise UserError(
+                f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
+                "pass --overwrite to replace it or choose another train.run_dir"
+            )
+        if diffs and overwrite:
+            log(f"--overwrite: removing the previous run in {run_dir}")
+            shutil.rmtree(ckpt.checkpoint_dir(run_dir), ignore_errors=True)
+            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    dd.barrier()
+
+    data_dir = _load_data(cfg, dd, log)
+    vocab = Vocab.load(data_dir / "spm.model")
+    train_data = load_split(data_dir, "train")
+    dev_data = load_split(data_dir, "dev") if ids_file(data_dir, "dev", "src").is_file() else None
+    train_indices = usable_examples(train_data, cfg.model.max_positions)
+    if len(train_indices) == 0:
+        raise UserError(f"no training pair in {data_dir} fits model.max_positions={cfg.model.max_positions}")
+    dropped = len(train_data) - len(train_indices)
+
+    torch.manual_seed(t.seed)
+    model = Seq2Seq(cfg.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id).to(device)
+    n_params = count_parameters(model)
+    log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
+        f"{len(train_indices):,} training pairs" + (f" ({dropped:,} longer than max_positions skipped)" if dropped else ""))
+    log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
+        f"<= {tokens_per_update:,} tokens per side per update (shared by all processes)")
+
+    optimizer = torch.optim.Adam(
+        model.parameters(), lr=1e-7, betas=t.adam_betas, eps=t.adam_eps, weight_decay=0.0,
+        **({"fused": True} if _fused_adam_ok(device) else {}),
+    )
+    scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
+
+    # -- resume -----------------------------------------------------------------------------------------------------
+    step, epoch, position, elapsed_before = 0, 0, 0, 0.0
+    best_bleu: float | None = None
+    best_loss = math.inf
+    bad_validations = 0
+    found = ckpt.latest_valid_checkpoint(run_dir, warn=log)
+    vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
+    if found is not None:
+        path, state = found
+        if state["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
+            raise UserError(f"{path} was trained with another vocabulary than {data_dir / 'spm.model'}")
+        model.load_state_dict(state["model"])
+        optimizer.load_state_dict(state["optimizer"])
+        if state.get("scaler"):
+            scaler.load_state_dict(state["scaler"])
+        torch.set_rng_state(state["rng"]["torch"])
+        if device.type == "cuda" and state["rng"].get("cuda") is not None:
+            torch.cuda.set_rng_state(state["rng"]["cuda"], device)
+        step, epoch, position = state["step"], state["epoch"], state["position"]
+        elapsed_before = state["elapsed"]
+        best_bleu, best_loss = state.get("best_bleu"), state.get("best_loss", math.inf)
+        bad_validations = state.get("bad_validations", 0)
+        log(f"resuming from {path} (update {step}, epoch {epoch + 1}, batch {position})")
+    if dd.is_main:
+        run_dir.mkdir(parents=True, exist_ok=True)
+        save_config(cfg, config_path)
+
+    train_module: nn.Module = TranslationLoss(model, t.label_smoothing)
+    if dd.world > 1:
+        train_module = nn.parallel.DistributedDataParallel(
+            train_module, device_ids=[device.index] if device.type == "cuda" else None
+        )
+
+    def make_state() -> dict[str, Any]:
+        return {
+            "format": ckpt.FORMAT,
+            "step": step,
+            "epoch": epoch,
+            "position": position,
+            "elapsed": elapsed_before + (time.monotonic() - start_time),
+            "config": config_to_dict(cfg),
+            "vocab": vocab_info,
+            "model": model.state_dict(),
+            "optimizer": optimizer.state_dict(),
+            "scaler": scaler.state_dict() if scaler.is_enabled() else None,
+            "rng": {
+                "torch": torch.get_rng_state(),
+                "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
+            },
+            "best_bleu": best_bleu,
+            "best_loss": best_loss,
+            "bad_validations": bad_validations,
+        }
+
+    last_saved: Path | None = None
+    saved_step = -1
+
+    def save() -> None:
+        nonlocal last_saved, saved_step
+        path = ckpt.step_checkpoint_path(run_dir, step)
+        if dd.is_main:
+            ckpt.save_checkpoint(make_state(), path)
+            ckpt.prune_checkpoints(run_dir, t.keep_last)
+        last_saved, saved_step = path, step
+        dd.barrier()
+
+    def elapsed() -> float:
+        return elapsed_before + (time.monotonic() - start_time)
+
+    logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, step)
+    stopped_by = ""
+    bad_updates = 0
+    total_target_tokens = 0
+    window = {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "updates": 0, "time": time.monotonic()}
+    iterator = EpochIterator(
+        train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
+        bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=position,
+    )
+    batches = iter(iterator)
+
+    def next_batch() -> Batch:
+        nonlocal iterator, batches, epoch, position
+        while True:
+            batch = next(batches, None)
+            if batch is not None:
+                position = iterator.position
+                return batch
+            epoch += 1
+            position = 0
+            iterator = EpochIterator(
+                train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
+                bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=0,
+            )
+            batches = iter(iterator)
+
+    def should_stop() -> str:
+        if t.max_steps is not None and step >= t.max_steps:
+            return "max_steps"
+        if t.max_epochs is not None and epoch >= t.max_epochs:
+            return "max_epochs"
+        if t.max_time is not None and dd.all_true(elapsed() >= t.max_time, device):
+            return "max_time"
+        if t.patience is not None and bad_validations >= t.patience:
+            return "patience"
+        return ""
+
+    model.train()
+    with _StopSignal() as stop_signal:
+        while not (stopped_by := should_stop()):
+            if stop_signal.requested:
+                stopped_by = "signal"
+                break
+            micro = [next_batch() for _ in range(t.update_freq)]
+            update_tokens = sum(b.global_tgt_tokens for b in micro)
+            lr = learning_rate(t, cfg.model.d_model, step + 1, elapsed())
+            for group in optimizer.param_groups:
+                group["lr"] = lr
+            loss_sum, nll_sum = 0.0, 0.0
+            for i, batch in enumerate(micro):
+                batch = batch.to(device)
+                sync = i == len(micro) - 1 or dd.world == 1
+                with (contextlib.nullcontext() if sync else train_module.no_sync()), _autocast(device, t.precision):
+                    loss, nll = train_module(batch.src, batch.tgt_in, batch.tgt_out)
+                # Normalise by the global token count of the whole update; DDP averages over ranks, hence * world.
+                scaler.scale(loss * (dd.world / update_tokens)).backward()
+                loss_sum += float(loss.detach())
+                nll_sum += float(nll.detach())
+            if not dd.all_true(math.isfinite(loss_sum), device):
+                optimizer.zero_grad(set_to_none=True)
+                bad_updates += 1
+                logger.message(f"update {step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")
+                if bad_updates >= t.max_bad_updates:
+                    logger.close()
+                    raise UserError(
+                        f"{bad_updates} non-finite losses in a row at update {step + 1}: stopping; the last good "
+                        f"checkpoint is {last_saved or 'not yet written'} (try a lower learning rate or fp32)"
+                    )
+                continue
+            bad_updates = 0
+            if t.clip_norm > 0:
+                scaler.unscale_(optimizer)
+                torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
+            scaler.step(optimizer)
+            scaler.update()
+            optimizer.zero_grad(set_to_none=True)
+            step += 1
+            total_target_tokens += update_tokens
+            window["loss"] += loss_sum
+            window["nll"] += nll_sum
+            window["tgt"] += update_tokens
+            window["src"] += sum(b.global_src_tokens for b in micro)
+            window["updates"] += 1
+
+            if step % t.log_every == 0 or step == 1:
+                seconds = max(time.monotonic() - window["time"], 1e-9)
+                record = {
+                    "step": step, "epoch": epoch + 1, "loss": window["loss"] / max(window["tgt"], 1),
+                    "nll": window["nll"] / max(window["tgt"], 1), "lr": lr,
+                    "tgt_tok_s": window["tgt"] / seconds, "src_tok_s": window["src"] / seconds,
+                    "elapsed": elapsed(), "peak_mem_mb": _peak_memory_mb(device),
+                }
+                logger.record(record, (
+                    f"update {step} | epoch {epoch + 1} | loss {record['loss']:.3f} | lr {lr:.2e} | "
+                    f"{record['tgt_tok_s']:,.0f} tgt tok/s | {record['src_tok_s']:,.0f} src tok/s | "
+                    f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
+                logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}",
+                                      "tok/s": f"{record['tgt_tok_s']:,.0f}"})
+                window = {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "updates": 0, "time": time.monotonic()}
+            else:
+                logger.advance(step, {})
+
+            if step % t.validate_every == 0 and dev_data is not None:
+                best_bleu, best_loss, bad_validations = _validate(
+                    model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
+                    bad_validations, make_state,
+                )
+            if step % t.save_every == 0:
+                save()
+
+    # -- the end: a final validation and checkpoint -----------------------------------------------------------------
+    if dev_data is not None and step % t.validate_every != 0 and stopped_by != "signal" and step > 0:
+        best_bleu, best_loss, bad_validations = _validate(
+            model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss, bad_validations,
+            make_state,
+        )
+    if saved_step != step:
+        save()
+    if t.average_last > 0 and dd.is_main:
+        paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
+        ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
+        logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
+    logger.message(
+        f"stopped by {stopped_by} at update {step} (epoch {epoch + 1}) after {elapsed():.0f}s; "
+        + (f"best dev BLEU {best_bleu:.2f}; " if best_bleu is not None else "")
+        + f"checkpoint {last_saved}"
+    )
+    logger.close()
+    dd.barrier()
+    return TrainResult(run_dir, step, epoch, stopped_by, best_bleu, last_saved, n_params, total_target_tokens,
+                       time.monotonic() - start_time, _peak_memory_mb(device))
+
+
+def _fused_adam_ok(device: torch.device) -> bool:
+    """Fused Adam exists for CPU and CUDA in recent torch; it is one kernel per step instead of several."""
+    import inspect
+
+    return "fused" in inspect.signature(torch.optim.Adam).parameters and device.type in ("cpu", "cuda")
+
+
+def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
+              bad_validations, make_state):
+    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement."""
+    t = cfg.train
+    indices = usable_examples(dev_data, cfg.model.max_positions)
+    bleu = None
+    record: dict[str, Any] = {"step": step}
+    if dd.is_main:
+        nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
+        record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
+        if t.valid_bleu:
+            bleu = dev_bleu(model, vocab, data_dir, cfg, device)
+            if bleu is not None:
+                record["dev_bleu"] = bleu
+        improved = (bleu is not None and (best_bleu is None or bleu > best_bleu)) or (
+            bleu is None and nll < best_loss
+        )
+        if improved:
+            best_bleu = bleu if bleu is not None else best_bleu
+            best_loss = min(best_loss, nll)
+            bad_validations = 0
+            ckpt.save_checkpoint(make_state(), ckpt.checkpoint_dir(t.run_dir) / "checkpoint_best.pt")
+        else:
+            bad_validations += 1
+        record["best_dev_bleu"] = best_bleu
+        logger.record(record, None)
+        logger.message(
+            f"validation at update {step}: dev nll {nll:.3f} | ppl {record['dev_ppl']:.2f}"
+            + (f" | dev BLEU {bleu:.2f} (best {best_bleu:.2f})" if bleu is not None else "")
+        )
+    if dd.world > 1:  # share the early-stopping state so every rank stops together
+        shared = [best_bleu, best_loss, bad_validations]
+        dist.broadcast_object_list(shared, src=0)
+        best_bleu, best_loss, bad_validations = shared
+    return best_bleu, best_loss, bad_validations

@@ -1,0 +1,167 @@
+"""Integration tests of the training loop on tiny models and the demo corpus (CPU, seconds each)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from rpr_mt.config import config_from_dict, config_to_dict, save_config
+from rpr_mt.data.prepare import prepare
+from rpr_mt.errors import UserError
+from rpr_mt.train import checkpoint as ckpt
+from rpr_mt.train.trainer import TranslationLoss, train
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def tiny(data_dir: Path, run_dir: Path, **sections) -> dict:
+    raw = {
+        "data": {"source": "demo", "output_dir": str(data_dir), "demo_sizes": {"train": 400, "dev": 20, "test": 20},
+                 "vocab_size": 300},
+        "model": {"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ff_dim": 64,
+                  "dropout": 0.1, "clip": 4, "max_positions": 128},
+        "train": {"run_dir": str(run_dir), "max_tokens": 400, "max_steps": 12, "log_every": 4, "save_every": 4,
+                  "validate_every": 6, "valid_max_sentences": 5, "lr_schedule": "inverse_sqrt", "peak_lr": 3e-3,
+                  "warmup_steps": 5, "num_threads": 1, "seed": 7},
+        "decode": {"beam_size": 2, "max_len_b": 5, "max_len_a": 1.0},
+    }
+    for section, values in sections.items():
+        raw[section] = {**raw[section], **values}
+    return raw
+
+
+@pytest.fixture(scope="module")
+def demo_data(tmp_path_factory) -> Path:
+    data_dir = tmp_path_factory.mktemp("demo") / "data"
+    prepare(config_from_dict(tiny(data_dir, data_dir.parent / "unused")).data, progress=False)
+    return data_dir
+
+
+def losses(run_dir: Path) -> list[float]:
+    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    return [r["loss"] for r in records if "loss" in r]
+
+
+def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
+    return ckpt.load_checkpoint(ckpt.list_step_checkpoints(run_dir)[-1])["model"]
+
+
+@pytest.mark.parametrize("positions", ["relative", "absolute", "absolute+relative", "none"])
+def test_tiny_model_overfits_twenty_pairs(tmp_path, demo_data, positions):
+    overfit_data = tmp_path / "data20"
+    raw = tiny(overfit_data, tmp_path / "run", data={"max_train_pairs": 20, "demo_sizes": {"train": 400, "dev": 20, "test": 20}},
+               model={"positions": positions, "dropout": 0.0, "d_model": 64, "ff_dim": 128},
+               train={"max_steps": 150, "validate_every": 1000, "save_every": 1000, "warmup_steps": 20,
+                      "peak_lr": 5e-3, "label_smoothing": 0.0, "valid_bleu": False})
+    cfg = config_from_dict(raw)
+    result = train(cfg, progress=False)
+    assert result.step == 150 and result.stopped_by == "max_steps"
+    train_losses = losses(tmp_path / "run")
+    # Per-token NLL of memorised pairs: far below ln(vocab) ~ 5.7 at the start.
+    assert train_losses[0] > 3.0
+    assert train_losses[-1] < 0.5, f"{positions}: final loss {train_losses[-1]:.3f}"
+
+
+def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, demo_data):
+    whole = config_from_dict(tiny(demo_data, tmp_path / "whole"))
+    train(whole, progress=False)
+    first = config_from_dict(tiny(demo_data, tmp_path / "split", train={"max_steps": 6}))
+    assert train(first, progress=False).step == 6
+    second = config_from_dict(tiny(demo_data, tmp_path / "split"))  # same run dir, longer max_steps: resumes
+    result = train(second, progress=False)
+    assert result.step == 12
+    a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "split")
+    assert a.keys() == b.keys()
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
+def test_bf16_autocast_trains_on_cpu(tmp_path, demo_data):
+    cfg = config_from_dict(tiny(demo_data, tmp_path / "bf16", train={"precision": "bf16", "max_steps": 30,
+                                                                     "validate_every": 30}))
+    result = train(cfg, progress=False)
+    values = losses(tmp_path / "bf16")
+    assert result.step == 30 and all(math.isfinite(v) for v in values) and values[-1] < values[0]
+
+
+def test_ddp_two_gloo_processes_equal_one_process(tmp_path, demo_data):
+    # Gradients that are zero in exact arithmetic (the key-projection bias: softmax ignores a per-row constant) are
+    # rounding noise, which Adam with eps=1e-9 would blow up to full-size steps of random sign. A larger eps keeps
+    # the comparison about the gradients DDP computes, not about the sign of noise.
+    raw = tiny(demo_data, tmp_path / "single", model={"dropout": 0.0},
+               train={"max_steps": 5, "valid_bleu": False, "adam_eps": 1e-6})
+    train(config_from_dict(raw), progress=False)
+    raw["train"]["run_dir"] = str(tmp_path / "ddp")
+    config_path = tmp_path / "ddp.yaml"
+    save_config(config_from_dict(raw), config_path)
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rpr_mt.cli",
+         "train", "--config", str(config_path), "--no-progress"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    a, b = final_weights(tmp_path / "single"), final_weights(tmp_path / "ddp")
+    for key in a:
+        assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), key
+
+
+def test_run_dir_with_another_config_is_refused_unless_overwrite(tmp_path, demo_data):
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2})), progress=False)
+    other = config_from_dict(tiny(demo_data, tmp_path / "run", model={"clip": 2}, train={"max_steps": 2}))
+    with pytest.raises(UserError, match=r"different config \(model.clip: 4 -> 2\)"):
+        train(other, progress=False)
+    assert train(other, overwrite=True, progress=False).step == 2
+
+
+def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, demo_data, capsys):
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 8})), progress=False)
+    latest = ckpt.list_step_checkpoints(tmp_path / "run")[-1]
+    assert latest.name == "checkpoint_00000008.pt"
+    latest.write_bytes(latest.read_bytes()[:1000])
+    result = train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 10})), progress=False)
+    err = capsys.readouterr().err
+    assert "checkpoint_00000008.pt is corrupt or truncated" in err
+    assert "resuming from" in err and "checkpoint_00000004.pt" in err
+    assert result.step == 10
+
+
+def test_non_finite_losses_stop_the_run_and_keep_the_last_good_checkpoint(tmp_path, demo_data, monkeypatch):
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 4})), progress=False)
+    good = ckpt.list_step_checkpoints(tmp_path / "run")[-1]
+    before = good.read_bytes()
+
+    def nan_forward(self, src, tgt_in, tgt_out):
+        nan = torch.tensor(float("nan"), requires_grad=True)
+        return nan * 1.0, nan * 1.0
+
+    monkeypatch.setattr(TranslationLoss, "forward", nan_forward)
+    cfg = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 8, "max_bad_updates": 3}))
+    with pytest.raises(UserError, match="3 non-finite losses in a row"):
+        train(cfg, progress=False)
+    assert ckpt.list_step_checkpoints(tmp_path / "run")[-1] == good and good.read_bytes() == before
+
+
+def test_dry_run_prints_parameters_without_training(tmp_path, capsys):
+    cfg = config_from_dict({"model": {"preset": "base"}, "data": {"vocab_size": 32768},
+                            "train": {"run_dir": str(tmp_path / "dry"), "update_freq": 6, "max_tokens": 4096}})
+    result = train(cfg, dry_run=True)
+    out = capsys.readouterr().out
+    assert result.stopped_by == "dry_run" and f"parameters: {result.parameters:,}" in out
+    assert "24,576" in out  # 4096 x 6 tokens per update
+    assert not (tmp_path / "dry").exists()
+
+
+def test_saved_config_round_trips(tmp_path, demo_data):
+    cfg = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 1}))
+    train(cfg, progress=False)
+    state = ckpt.load_checkpoint(ckpt.list_step_checkpoints(tmp_path / "run")[-1])
+    assert state["config"] == config_to_dict(cfg)
+    assert state["vocab"]["size"] > 0 and len(state["vocab"]["fingerprint"]) == 64
