@@ -1,0 +1,99 @@
+"""Translation quality: sacreBLEU and chrF (with signatures), and the paper-comparable tokenized BLEU.
+
+Three numbers, clearly labelled because they are not interchangeable:
+
+* ``sacrebleu``: sacreBLEU BLEU on detokenized text, default ``13a`` tokenizer, with its signature string. The
+  number to report going forward (Post, 2018).
+* ``chrf``: sacreBLEU chrF (character 6-grams, beta 2), with its signature.
+* ``tok_bleu_compound_split``: what Vaswani et al. (2017) and Shaw et al. (2018) report, following tensor2tensor's
+  ``get_ende_bleu.sh``: Moses ``tokenizer.perl -l LANG`` on hypotheses and references, then compound splitting
+  ``perl -ple 's{(\\S)-(\\S)}{$1 ##AT##-##AT## $2}g'``, then ``multi-bleu.perl`` (here: sacreBLEU with
+  ``tokenize='none'`` and no smoothing, which computes the same corpus BLEU on whitespace tokens).
+
+All BLEU arithmetic is sacreBLEU's; tokenization is sacremoses'. Nothing here re-implements a metric.
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from typing import Any, Optional
+
+from sacrebleu.metrics import BLEU, CHRF
+from sacremoses import MosesTokenizer
+
+from rpr_mt.errors import UserError
+
+# tensor2tensor's compound splitting. ``re.ASCII`` makes ``\S`` mean "not ASCII whitespace", like Perl's ``\S`` on
+# the undecoded UTF-8 bytes that ``perl -ple`` sees (so e.g. a no-break space counts as non-space in both).
+_COMPOUND = re.compile(r"(\S)-(\S)", re.ASCII)
+
+TOK_BLEU_DESCRIPTION = (
+    "Moses tokenizer.perl -l {lang} + compound splitting (##AT##-##AT##) + multi-bleu.perl "
+    "(tensor2tensor get_ende_bleu.sh; sacrebleu tokenize=none, smooth=none)"
+)
+
+
+def split_compounds(tokenized: str) -> str:
+    """``Nord-Süd-Verbindung`` -> ``Nord ##AT##-##AT## Süd ##AT##-##AT## Verbindung`` (Perl ``s///g`` semantics)."""
+    return _COMPOUND.sub(r"\1 ##AT##-##AT## \2", tokenized)
+
+
+def tokenize_for_bleu(lines: list[str], lang: str) -> list[str]:
+    """Moses-tokenize (as ``tokenizer.perl -l lang``, no ``-a``, default escaping) and split compounds."""
+    tokenizer = MosesTokenizer(lang=lang)
+    return [split_compounds(tokenizer.tokenize(line, return_str=True, escape=True)) for line in lines]
+
+
+def score(
+    hypotheses: list[str],
+    references: list[str],
+    *,
+    lang: str,
+    hyp_name: Optional[str] = None,
+    ref_name: Optional[str] = None,
+) -> dict[str, Any]:
+    """Score detokenized ``hypotheses`` against line-aligned ``references`` in target language ``lang``.
+
+    Returns ``{"sacrebleu", "sacrebleu_signature", "sacrebleu_detail", "chrf", "chrf_signature",
+    "tok_bleu_compound_split", "tok_bleu_description", "lines"}`` (scores on the 0-100 scale).
+    ``hyp_name``/``ref_name`` (e.g. file names) only appear in error messages.
+    """
+    hyp_name = hyp_name or "hypotheses"
+    ref_name = ref_name or "references"
+    if not hypotheses:
+        raise UserError(f"{hyp_name}: no hypotheses to score (empty)")
+    if len(hypotheses) != len(references):
+        raise UserError(
+            f"{hyp_name} has {len(hypotheses)} lines but {ref_name} has {len(references)}; they must be line-aligned"
+        )
+
+    bleu = BLEU()
+    bleu_result = bleu.corpus_score(hypotheses, [references])
+    chrf = CHRF()
+    chrf_result = chrf.corpus_score(hypotheses, [references])
+    # force=True: the input is tokenized on purpose, so sacreBLEU's "looks tokenized" warning does not apply.
+    tok_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
+    tok_result = tok_bleu.corpus_score(tokenize_for_bleu(hypotheses, lang), [tokenize_for_bleu(references, lang)])
+    return {
+        "sacrebleu": bleu_result.score,
+        "sacrebleu_signature": str(bleu.get_signature()),
+        "sacrebleu_detail": bleu_result.format(width=2),
+        "chrf": chrf_result.score,
+        "chrf_signature": str(chrf.get_signature()),
+        "tok_bleu_compound_split": tok_result.score,
+        "tok_bleu_description": TOK_BLEU_DESCRIPTION.format(lang=lang),
+        "lines": len(hypotheses),
+    }
+
+
+def format_scores(scores: dict[str, Any], as_json: bool = False) -> str:
+    """One JSON object (``as_json``), or a small human-readable table."""
+    if as_json:
+        return json.dumps(scores, ensure_ascii=False)
+    return "\n".join([
+        f"sacreBLEU                 {scores['sacrebleu']:6.2f}  {scores['sacrebleu_signature']}",
+        f"chrF                      {scores['chrf']:6.2f}  {scores['chrf_signature']}",
+        f"tok. BLEU, compound split {scores['tok_bleu_compound_split']:6.2f}  {scores['tok_bleu_description']}",
+        f"({scores['lines']} lines; {scores['sacrebleu_detail']})",
+    ])

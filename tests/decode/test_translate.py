@@ -1,0 +1,152 @@
+"""translate_lines (order, batching, empty lines, truncation, n-best format) and read_lines."""
+
+from __future__ import annotations
+
+import gzip
+import io
+import logging
+import sys
+
+import pytest
+import torch
+
+from rpr_mt.config import DecodeConfig
+from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.errors import UserError
+
+from . import BOS, EOS, ID, PAD, TOKEN, VOCAB_SIZE, ScriptedModel, copy_script
+
+
+class StubVocab:
+    """One letter = one piece."""
+
+    pad_id, bos_id, eos_id = PAD, BOS, EOS
+
+    def encode(self, text: str) -> list[int]:
+        return [ID[w] for w in text.split()]
+
+    def decode(self, ids: list[int]) -> str:
+        return " ".join(TOKEN[i] for i in ids)
+
+
+LINES = ["a b c", "d", "", "e f g h i j", "k l", "   ", "m n o"]
+
+
+def run(lines, model=None, **decode):
+    model = model or ScriptedModel(copy_script)
+    config = DecodeConfig(**{"beam_size": 3, "max_tokens": 8, **decode})
+    return translate_lines(model, StubVocab(), lines, decode=config, device="cpu", progress=False)
+
+
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_order_is_restored_and_empty_lines_stay_empty(beam_size: int) -> None:
+    # The stub copies its input, so the output must be the input, in order, one line per line.
+    assert run(LINES, beam_size=beam_size) == [line.strip() for line in LINES]
+
+
+def test_empty_lines_do_not_reach_the_model() -> None:
+    model = ScriptedModel(copy_script)
+    assert run(["", "  ", ""], model=model) == ["", "", ""]
+    assert model.encoded_rows == 0
+    run(LINES, model=model)
+    assert model.encoded_rows == 5
+
+
+def test_batches_are_sorted_by_length_and_respect_max_tokens() -> None:
+    model = ScriptedModel(copy_script)
+    shapes: list[tuple[int, int]] = []
+    encode = model.encode
+    model.encode = lambda src: shapes.append(tuple(src.shape)) or encode(src)  # type: ignore[method-assign]
+    # Source lengths with eos: 4, 2, 7, 3, 4 -> longest first, at most 8 padded tokens per batch.
+    assert run(LINES, model=model, max_tokens=8) == [line.strip() for line in LINES]
+    assert shapes == [(1, 7), (2, 4), (2, 3)]
+    shapes.clear()
+    run(LINES, model=model, max_tokens=4)  # a sentence longer than max_tokens still gets a batch of its own
+    assert shapes == [(1, 7), (1, 4), (1, 4), (1, 3), (1, 2)]
+    shapes.clear()
+    run(LINES, model=model, max_tokens=1000)
+    assert shapes == [(5, 7)]
+
+
+def test_long_lines_are_truncated_with_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    model = ScriptedModel(copy_script, max_positions=5)  # at most 4 pieces + eos
+    with caplog.at_level(logging.WARNING):
+        out = run(["a b c d e f", "a b", "a b c d e"], model=model)
+    assert out[0] == "a b c d" and out[1] == "a b" and out[2] == "a b c d"
+    warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
+    assert len(warnings) == 1
+    assert "2 of 3 input lines" in warnings[0].getMessage()
+
+
+def test_nbest_format() -> None:
+    out = run(["a b", "", "c"], beam_size=3, nbest=2)
+    assert len(out) == 6
+    fields = [line.split("\t") for line in out]
+    assert [f[0] for f in fields] == ["0", "0", "1", "1", "2", "2"]
+    assert fields[0][2] == "a b" and fields[4][2] == "c"
+    assert float(fields[0][1]) >= float(fields[1][1])
+    assert fields[2] == ["1", "0.0000", ""]
+
+
+def test_restores_training_mode() -> None:
+    model = ScriptedModel(copy_script).train()
+    run(["a"], model=model)
+    assert model.training
+
+
+def test_nbest_larger_than_beam_is_a_user_error() -> None:
+    with pytest.raises(UserError, match="nbest"):
+        run(["a"], beam_size=2, nbest=3)
+
+
+@pytest.mark.parametrize("beam_size", [1, 4])
+def test_real_model_batched_equals_line_by_line(beam_size: int) -> None:
+    from rpr_mt.config import ModelConfig
+    from rpr_mt.model.transformer import Seq2Seq
+
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ff_dim=64, dropout=0.0,
+                         positions="relative", max_positions=32, clip=3)
+    model = Seq2Seq(config, vocab_size=VOCAB_SIZE, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    lines = ["a b c d", "e", "", "f g h i j k l m", "n o"]
+    threads = torch.get_num_threads()
+    torch.set_num_threads(1)  # tiny model: avoid waiting for a second core on a busy machine
+    try:
+        batched = run(lines, model=model, beam_size=beam_size, max_tokens=1000)
+        one_by_one = run(lines, model=model, beam_size=beam_size, max_tokens=1)
+    finally:
+        torch.set_num_threads(threads)
+    assert batched == one_by_one and len(batched) == len(lines) and batched[2] == ""
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# read_lines
+# --------------------------------------------------------------------------------------------------------------------
+
+
+def test_read_lines_plain_gz_and_crlf(tmp_path) -> None:
+    plain = tmp_path / "x.txt"
+    plain.write_bytes("\ufeffeins\r\nzwei\n\ndrei".encode("utf-8"))
+    assert read_lines(plain) == ["eins", "zwei", "", "drei"]
+    packed = tmp_path / "x.txt.gz"
+    with gzip.open(packed, "wb") as f:
+        f.write("Grüße\nü\n".encode("utf-8"))
+    assert read_lines(packed) == ["Grüße", "ü"]
+
+
+def test_read_lines_reports_invalid_utf8_with_line_number(tmp_path) -> None:
+    bad = tmp_path / "bad.en"
+    bad.write_bytes(b"fine\nalso fine\nbroken \xff here\n")
+    with pytest.raises(UserError, match=r"bad\.en: line 3: invalid UTF-8"):
+        read_lines(bad)
+
+
+def test_read_lines_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xc3\n")))
+    with pytest.raises(UserError, match=r"^-: line 2: invalid UTF-8"):
+        read_lines("-")
+
+
+def test_read_lines_missing_file(tmp_path) -> None:
+    with pytest.raises(UserError, match="file not found"):
+        read_lines(tmp_path / "nope.txt")
