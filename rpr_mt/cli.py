@@ -1,0 +1,241 @@
+"""The `rpr-mt` command line: thin commands that parse options and call importable functions.
+
+Every command turns a ``UserError`` into one line on stderr and exit code 2 (no traceback), and Ctrl-C into
+exit code 130.
+"""
+
+from __future__ import annotations
+
+import functools
+import sys
+from pathlib import Path
+from typing import Callable, List, Optional, TypeVar
+
+import typer
+
+from rpr_mt.config import Config, load_config
+from rpr_mt.errors import UserError
+
+app = typer.Typer(
+    add_completion=False,
+    no_args_is_help=True,
+    pretty_exceptions_enable=False,
+    help="Train and evaluate Transformers with relative position representations (Shaw et al., 2018).",
+)
+
+F = TypeVar("F", bound=Callable[..., object])
+
+ConfigOption = typer.Option(None, "--config", "-c", help="Experiment YAML (sections data, model, train, decode).")
+SetOption = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
+
+
+def user_errors(fn: F) -> F:
+    """Report UserError as `error: ...` + exit 2, and Ctrl-C as exit 130, instead of a traceback."""
+
+    @functools.wraps(fn)
+    def wrapper(*args, **kwargs):
+        try:
+            return fn(*args, **kwargs)
+        except UserError as exc:
+            typer.echo(f"error: {exc}", err=True)
+            raise typer.Exit(exc.exit_code) from None
+        except KeyboardInterrupt:
+            typer.echo("interrupted", err=True)
+            raise typer.Exit(130) from None
+        except BrokenPipeError:  # `rpr-mt translate ... | head` is not an error
+            sys.stderr.close()
+            raise typer.Exit(0) from None
+
+    return wrapper  # type: ignore[return-value]
+
+
+def _config(path: Optional[Path], overrides: Optional[List[str]]) -> Config:
+    return load_config(path, overrides or [])
+
+
+@app.command()
+@user_errors
+def prepare(
+    config: Optional[Path] = ConfigOption,
+    set_: Optional[List[str]] = SetOption,
+    force: bool = typer.Option(False, "--force", help="Rebuild even if the prepared data is up to date."),
+) -> None:
+    """Download or read parallel text, clean it, train SentencePiece and write token-id arrays."""
+    from rpr_mt.data.prepare import prepare as prepare_data
+
+    cfg = _config(config, set_)
+    prepare_data(cfg.data, force=force, progress=sys.stderr.isatty())
+
+
+@app.command()
+@user_errors
+def train(
+    config: Optional[Path] = ConfigOption,
+    set_: Optional[List[str]] = SetOption,
+    overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run of a different config in run_dir."),
+    dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
+    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="tqdm bar (default: on a tty)."),
+) -> None:
+    """Train a model; re-running the same command into the same run directory resumes it."""
+    from rpr_mt.train.trainer import train as run_training
+
+    cfg = _config(config, set_)
+    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress)
+    if result.stopped_by == "signal":
+        typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
+        raise typer.Exit(130)
+
+
+@app.command()
+@user_errors
+def translate(
+    checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint file or a run directory."),
+    which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
+    input: str = typer.Option("-", "--input", "-i", help="Source text file, one sentence a line ('-' = stdin)."),
+    output: str = typer.Option("-", "--output", "-o", help="Output file ('-' = stdout)."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size", help="Beam size (1 = greedy); default from config."),
+    length_penalty: Optional[float] = typer.Option(None, "--length-penalty", help="GNMT alpha."),
+    nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the N best as index<TAB>score<TAB>text."),
+    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Source tokens per batch."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+) -> None:
+    """Translate text with a trained model."""
+    from rpr_mt.decode.translate import read_lines, translate_lines
+
+    model, cfg, vocab, _ = _load_model(checkpoint, which, device)
+    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens)
+    lines = read_lines(input)
+    outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device), progress=input != "-")
+    _write_lines(output, outputs)
+
+
+@app.command("eval-bleu")
+@user_errors
+def eval_bleu(
+    hyp: Optional[Path] = typer.Option(None, "--hyp", help="Hypothesis file (detokenized)."),
+    ref: Optional[Path] = typer.Option(None, "--ref", help="Reference file (detokenized)."),
+    lang: Optional[str] = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from data)."),
+    checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Translate a split with this model first."),
+    which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
+    split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
+    beam_size: Optional[int] = typer.Option(None, "--beam-size"),
+    length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
+    save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
+    as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
+    device: str = typer.Option("auto", "--device"),
+) -> None:
+    """sacreBLEU (+ signature), chrF and the paper's tokenized BLEU with compound splitting."""
+    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.evaluate import format_scores, score
+
+    if checkpoint is not None:
+        if hyp is not None:
+            raise UserError("give either --hyp/--ref or --checkpoint, not both")
+        model, cfg, vocab, _ = _load_model(checkpoint, which, device)
+        data_dir = Path(cfg.data.output_dir)
+        src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
+        if not src_path.is_file():
+            raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
+        ref = ref or default_ref
+        lang = lang or cfg.data.tgt_lang
+        decode = _decode_config(cfg, beam_size, length_penalty, 1, None)
+        hypotheses = list(
+            translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device), progress=True)
+        )
+        if save_hyp is not None:
+            _write_lines(str(save_hyp), hypotheses)
+        hyp_name = f"translations of {src_path}"
+    else:
+        if hyp is None or ref is None:
+            raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
+        hypotheses = read_lines(str(hyp))
+        hyp_name = str(hyp)
+    references = read_lines(str(ref))
+    scores = score(hypotheses, references, lang=lang or "en", hyp_name=hyp_name, ref_name=str(ref))
+    typer.echo(format_scores(scores, as_json=as_json))
+
+
+@app.command("average-checkpoints")
+@user_errors
+def average_checkpoints_command(
+    inputs: List[Path] = typer.Argument(..., help="A run directory, or checkpoint files to average."),
+    last: int = typer.Option(20, "--last", help="With a run directory: average its last N numbered checkpoints."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/checkpoint_avg.pt."),
+) -> None:
+    """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""
+    from rpr_mt.train import checkpoint as ckpt
+
+    if last < 1:
+        raise UserError("--last must be >= 1")
+    if len(inputs) == 1 and inputs[0].is_dir():
+        paths = ckpt.list_step_checkpoints(inputs[0])[-last:]
+        if not paths:
+            raise UserError(f"no numbered checkpoints in {ckpt.checkpoint_dir(inputs[0])}")
+        output = output or ckpt.checkpoint_dir(inputs[0]) / "checkpoint_avg.pt"
+    else:
+        paths = list(inputs)
+        if output is None:
+            raise UserError("--output is required when averaging listed checkpoint files")
+    ckpt.save_checkpoint(ckpt.average_checkpoints(paths), output)
+    typer.echo(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {output}", err=True)
+
+
+# -- helpers -----------------------------------------------------------------------------------------------------------
+
+
+def _device(name: str):
+    import torch
+
+    if name == "auto":
+        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
+    if name == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
+    if name not in ("cpu", "cuda"):
+        raise UserError(f"--device must be auto, cpu or cuda (got {name!r})")
+    return torch.device(name)
+
+
+def _load_model(checkpoint: Path, which: str, device: str):
+    from rpr_mt.train.checkpoint import load_for_inference
+
+    return load_for_inference(checkpoint, which, _device(device))
+
+
+def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
+    import dataclasses
+
+    changes = {
+        k: v
+        for k, v in dict(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens).items()
+        if v is not None
+    }
+    decode = dataclasses.replace(cfg.decode, **changes)
+    if decode.beam_size < 1:
+        raise UserError(f"--beam-size must be >= 1 (got {decode.beam_size})")
+    if decode.nbest < 1 or decode.nbest > decode.beam_size:
+        raise UserError(f"--nbest must be between 1 and the beam size {decode.beam_size} (got {decode.nbest})")
+    if decode.max_tokens < 1:
+        raise UserError("--max-tokens must be >= 1")
+    return decode
+
+
+def _write_lines(path: str, lines) -> None:
+    if path == "-":
+        for line in lines:
+            sys.stdout.write(line + "\n")
+        sys.stdout.flush()
+        return
+    target = Path(path)
+    tmp = target.with_name(f".{target.name}.tmp")
+    with open(tmp, "w", encoding="utf-8") as handle:
+        for line in lines:
+            handle.write(line + "\n")
+    tmp.replace(target)
+
+
+def main() -> None:
+    app()
+
+
+if __name__ == "__main__":
+    main()
