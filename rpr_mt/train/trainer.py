@@ -458,7 +458,7 @@ def train(
     model.train()
     with _StopSignal() as stop_signal:
         while not (stopped_by := should_stop()):
-            if stop_signal.requested:
+            if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
                 stopped_by = "signal"
                 break
             micro = [next_batch() for _ in range(t.update_freq)]

@@ -165,3 +165,33 @@ def test_saved_config_round_trips(tmp_path, demo_data):
     state = ckpt.load_checkpoint(ckpt.list_step_checkpoints(tmp_path / "run")[-1])
     assert state["config"] == config_to_dict(cfg)
     assert state["vocab"]["size"] > 0 and len(state["vocab"]["fingerprint"]) == 64
+
+
+def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, demo_data):
+    import signal
+    import time
+
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 100000, "log_every": 1, "save_every": 100000,
+                                                   "validate_every": 100000})
+    config_path = tmp_path / "long.yaml"
+    save_config(config_from_dict(raw), config_path)
+    command = [sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path), "--no-progress"]
+    proc = subprocess.Popen(command, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    metrics = tmp_path / "run" / "metrics.jsonl"
+    deadline = time.monotonic() + 120
+    while time.monotonic() < deadline and not (metrics.is_file() and len(metrics.read_text().splitlines()) >= 3):
+        time.sleep(0.2)
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=120)
+    assert proc.returncode == 130, err[-2000:]
+    assert "run the same command again to resume" in err
+    saved = ckpt.list_step_checkpoints(tmp_path / "run")
+    assert len(saved) == 1
+    step = ckpt.load_checkpoint(saved[0])["step"]
+    assert step >= 3
+    raw["train"]["max_steps"] = step + 2
+    save_config(config_from_dict(raw), config_path)
+    done = subprocess.run(command, cwd=REPO, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert f"resuming from {saved[0]}" in done.stderr
+    assert ckpt.list_step_checkpoints(tmp_path / "run")[-1].name == f"checkpoint_{step + 2:08d}.pt"
