@@ -7,6 +7,7 @@ exit code 130.
 from __future__ import annotations
 
 import functools
+import logging
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
@@ -231,6 +232,12 @@ def _write_lines(path: str, lines) -> None:
         for line in lines:
             handle.write(line + "\n")
     tmp.replace(target)
+
+
+@app.callback()
+def _setup() -> None:
+    # Library modules report progress through `logging`; the CLI shows INFO messages as plain lines on stderr.
+    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 
 
 def main() -> None:

@@ -34,11 +34,10 @@ def budget_lr(progress: float, peak_lr: float, warmup_fraction: float, final_fra
     return floor + (peak_lr - floor) * 0.5 * (1.0 + math.cos(math.pi * decay))
 
 
-def learning_rate(cfg: TrainConfig, d_model: int, step: int, elapsed: float = 0.0) -> float:
-    """The learning rate for update ``step`` (1-based) under ``cfg``; ``elapsed`` seconds matter for ``budget``."""
+def learning_rate(cfg: TrainConfig, d_model: int, step: int, progress: float = 0.0) -> float:
+    """The learning rate for update ``step`` (1-based); ``budget`` uses ``progress``, the used share of max_time."""
     if cfg.lr_schedule == "noam":
         return noam_lr(step, d_model, cfg.warmup_steps, cfg.lr_scale)
     if cfg.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, cfg.peak_lr, cfg.warmup_steps)
-    assert cfg.max_time is not None  # enforced by Config.validate
-    return budget_lr(elapsed / cfg.max_time, cfg.peak_lr, cfg.warmup_fraction, cfg.final_lr_fraction)
+    return budget_lr(progress, cfg.peak_lr, cfg.warmup_fraction, cfg.final_lr_fraction)

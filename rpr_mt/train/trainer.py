@@ -231,13 +231,13 @@ def threading_main() -> bool:
     return threading.current_thread() is threading.main_thread()
 
 
-def _load_data(cfg: Config, dd: _Distributed, log: Callable[[str], None]) -> Path:
+def _load_data(cfg: Config, dd: _Distributed, log: Callable[[str], None], progress: bool) -> Path:
     """Prepared data directory; prepares it first (rank 0) when it is missing or stale."""
     reason = check_prepared(cfg.data)
     if reason is not None:
         if dd.is_main:
             log(f"data in {cfg.data.output_dir} needs preparing ({reason}); running `rpr-mt prepare` first")
-            prepare(cfg.data)
+            prepare(cfg.data, progress=progress)
         dd.barrier()
         reason = check_prepared(cfg.data)
         if reason is not None:
@@ -326,7 +326,7 @@ def train(
             (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     dd.barrier()
 
-    data_dir = _load_data(cfg, dd, log)
+    data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress)
     vocab = Vocab.load(data_dir / "spm.model")
     train_data = load_split(data_dir, "train")
     dev_data = load_split(data_dir, "dev") if ids_file(data_dir, "dev", "src").is_file() else None
@@ -351,6 +351,7 @@ def train(
 
     # -- resume -----------------------------------------------------------------------------------------------------
     step, epoch, position, elapsed_before = 0, 0, 0, 0.0
+    schedule_origin: float | None = None  # elapsed seconds at the first update (the budget schedule's zero)
     best_bleu: float | None = None
     best_loss = math.inf
     bad_validations = 0
@@ -369,6 +370,7 @@ def train(
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
         step, epoch, position = state["step"], state["epoch"], state["position"]
         elapsed_before = state["elapsed"]
+        schedule_origin = state.get("schedule_origin")
         best_bleu, best_loss = state.get("best_bleu"), state.get("best_loss", math.inf)
         bad_validations = state.get("bad_validations", 0)
         log(f"resuming from {path} (update {step}, epoch {epoch + 1}, batch {position})")
@@ -389,6 +391,7 @@ def train(
             "epoch": epoch,
             "position": position,
             "elapsed": elapsed_before + (time.monotonic() - start_time),
+            "schedule_origin": schedule_origin,
             "config": config_to_dict(cfg),
             "vocab": vocab_info,
             "model": model.state_dict(),
@@ -444,6 +447,16 @@ def train(
             )
             batches = iter(iterator)
 
+    def budget_progress() -> float:
+        """Used share of the time budget, counted from the first update so that set-up time (data preparation,
+        model building) shortens the schedule instead of eating its warm-up."""
+        nonlocal schedule_origin
+        if t.max_time is None:
+            return 0.0
+        if schedule_origin is None:
+            schedule_origin = elapsed()
+        return (elapsed() - schedule_origin) / max(t.max_time - schedule_origin, 1e-9)
+
     def should_stop() -> str:
         if t.max_steps is not None and step >= t.max_steps:
             return "max_steps"
@@ -463,7 +476,7 @@ def train(
                 break
             micro = [next_batch() for _ in range(t.update_freq)]
             update_tokens = sum(b.global_tgt_tokens for b in micro)
-            lr = learning_rate(t, cfg.model.d_model, step + 1, elapsed())
+            lr = learning_rate(t, cfg.model.d_model, step + 1, budget_progress())
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum, nll_sum = 0.0, 0.0

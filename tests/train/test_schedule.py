@@ -33,6 +33,6 @@ def test_budget_warms_up_then_anneals_to_the_floor_exactly_at_the_end():
 
 def test_learning_rate_dispatch():
     cfg = TrainConfig(lr_schedule="budget", max_time=100.0, peak_lr=1e-3, warmup_fraction=0.2)
-    assert learning_rate(cfg, 512, step=7, elapsed=10.0) == pytest.approx(5e-4)
+    assert learning_rate(cfg, 512, step=7, progress=0.1) == pytest.approx(5e-4)
     cfg = TrainConfig(lr_schedule="noam", warmup_steps=4000)
     assert math.isclose(learning_rate(cfg, 512, 4000), noam_lr(4000, 512, 4000))
