@@ -1,6 +1,6 @@
 """A synthetic English -> toy-language corpus that can only be translated with word-order information.
 
-Source: English-like clauses ``SUBJ VERB OBJ [PREP NP]`` (optionally two clauses joined by and/but/while), noun
+Source: English-like clauses ``SUBJ VERB OBJ [PREP NP]`` (optionally two clauses joined by "and"/"but"), noun
 phrases ``[DET] [NUMBER] [ADJ [ADJ]] NOUN``, present tense (with English subject agreement) or past tense.
 
 Target: the same meaning in a toy language with

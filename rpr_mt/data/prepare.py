@@ -185,7 +185,7 @@ def _validate(config: DataConfig) -> None:
 
 
 def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:
-    corpus = sources.open_corpus(config)
+    corpus = sources.open_corpus(config, progress)
     sample = ReservoirSample(config.spm_sample_sentences, SAMPLE_SEED)
 
     def add_to_sample(src: str, tgt: str) -> None:

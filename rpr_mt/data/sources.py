@@ -17,6 +17,8 @@ from pathlib import Path
 from typing import Any, BinaryIO, Callable, Iterator, Optional
 from urllib.parse import urlparse
 
+from tqdm import tqdm
+
 from rpr_mt.config import DataConfig
 from rpr_mt.data import demo
 from rpr_mt.errors import UserError
@@ -85,26 +87,29 @@ def _open_binary(path: Path, *, decompress: bool = True) -> BinaryIO:
 class _HashingReader:
     """File wrapper that hashes the bytes read through it (so a .gz is hashed and decompressed in one pass)."""
 
-    def __init__(self, raw: BinaryIO) -> None:
-        self.raw, self.hash = raw, hashlib.sha256()
+    def __init__(self, raw: BinaryIO, on_read: Callable[[int], Any]) -> None:
+        self.raw, self.hash, self.on_read = raw, hashlib.sha256(), on_read
 
     def read(self, size: int = -1) -> bytes:
         data = self.raw.read(size)
         self.hash.update(data)
+        self.on_read(len(data))
         return data
 
     def readable(self) -> bool:
         return True
 
 
-def file_digest(path: Path) -> FileInfo:
+def file_digest(path: Path, progress: bool = False) -> FileInfo:
     """sha256 of the file's bytes and its number of (decompressed) lines, in one streaming pass."""
     path = Path(path)
     _check_readable(path)
     stat = path.stat()
     lines, last = 0, b""
-    with _open_binary(path, decompress=False) as raw:
-        reader = _HashingReader(raw)
+    with _open_binary(path, decompress=False) as raw, \
+            tqdm(total=stat.st_size, desc=f"checking {path.name}", unit="B", unit_scale=True, leave=False,
+                 disable=not progress or stat.st_size < (64 << 20)) as bar:
+        reader = _HashingReader(raw, bar.update)
         stream: Any = gzip.GzipFile(fileobj=reader, mode="rb") if path.suffix == ".gz" else reader  # type: ignore
         try:
             while chunk := stream.read(1 << 20):
@@ -203,9 +208,9 @@ def local_inputs(config: DataConfig) -> dict[str, Path]:
     return {}
 
 
-def _file_splits(config: DataConfig) -> RawCorpus:
+def _file_splits(config: DataConfig, progress: bool) -> RawCorpus:
     paths = local_inputs(config)
-    infos = {role: file_digest(path) for role, path in paths.items()}
+    infos = {role: file_digest(path, progress) for role, path in paths.items()}
     names = sorted({role.rsplit(".", 1)[0] for role in infos}, key=_split_order)
     splits: dict[str, SplitReader] = {}
     for name in names:
@@ -347,7 +352,7 @@ def _check_multi30k_langs(config: DataConfig) -> None:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def open_corpus(config: DataConfig) -> RawCorpus:
+def open_corpus(config: DataConfig, progress: bool = False) -> RawCorpus:
     """Check the inputs of ``config.source`` (local files: existence, size, UTF-8 is checked while streaming, line
     counts and sha256 now) and return a streaming reader per split."""
     src, tgt = config.src_lang, config.tgt_lang
@@ -366,14 +371,14 @@ def open_corpus(config: DataConfig) -> RawCorpus:
     if config.source == "files":
         if "train" not in config.splits:
             raise UserError("data.splits must name a 'train' split when data.source is 'files'")
-        return _file_splits(config)
+        return _file_splits(config, progress)
     if config.source == "multi30k":
         _check_multi30k_langs(config)
         if config.multi30k_dir is not None:
             root = Path(config.multi30k_dir)
             if not root.is_dir():
                 raise UserError(f"data.multi30k_dir not found: {root}")
-            return _file_splits(config)
+            return _file_splits(config, progress)
         if "fr" in (src, tgt):
             raise UserError(f"the hub dataset '{MULTI30K_HUB}' has only en and de (no fr); download the Multi30k "
                             "files ({train,val,test_2016_flickr}.{en,de,fr}.gz) and set data.multi30k_dir")

@@ -42,7 +42,8 @@ SENTENCES_EN = [
 ]
 SENTENCES_DE = [
     "die katze sitzt auf der matte", "ein hund rennt im park", "wir mögen grüne äpfel", "die sonne ist heute hell",
-    "mein freund liest ein buch", "vögel singen am morgen", "der fluss fließt zum meer", "sie schreibt einen langen brief",
+    "mein freund liest ein buch", "vögel singen am morgen", "der fluss fließt zum meer",
+    "sie schreibt einen langen brief",
     "sie spielen fußball nach der schule", "der alte mann geht langsam", "kinder lachen über den clown",
     "der zug fährt mittags ab",
 ]

@@ -36,7 +36,8 @@ def test_splits_are_disjoint_by_construction():
 
 
 def test_swapping_subject_and_object_keeps_the_words_but_changes_the_translation():
-    sentence = Sentence((Clause(NounPhrase("dog", adjectives=("big",)), "sees", NounPhrase("cat", adjectives=("red",))),))
+    dog, cat = NounPhrase("dog", adjectives=("big",)), NounPhrase("cat", adjectives=("red",))
+    sentence = Sentence((Clause(dog, "sees", cat),))
     swapped = demo.swap_subject_object(sentence)
     assert render_source(sentence) == "the big dog sees the red cat"
     assert render_source(swapped) == "the red cat sees the big dog"

@@ -9,7 +9,6 @@ import os
 import unicodedata
 from pathlib import Path
 
-import numpy as np
 import pytest
 
 from rpr_mt.config import DataConfig, SplitFiles
@@ -138,7 +137,7 @@ def test_multi30k_local_en_fr(tmp_path, multi30k_dir):
 
 def test_wmt14_through_a_fake_hub(tmp_path, monkeypatch):
     """The WMT14 code path end to end, with datasets.load_dataset replaced by an offline stream."""
-    datasets = pytest.importorskip("datasets")
+    import datasets
     sizes = {"train": 200, "validation": 20, "test": 25}
 
     def fake_load_dataset(path, name=None, split=None, streaming=False, revision=None):

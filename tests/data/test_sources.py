@@ -13,7 +13,6 @@ import pytest
 
 from rpr_mt.config import DataConfig
 from rpr_mt.data import sources
-from rpr_mt.data.clean import TrainFilter, write_clean_split
 from rpr_mt.errors import UserError
 from tests.data import write_lines
 
@@ -139,7 +138,7 @@ def test_unreachable_hub_without_network(monkeypatch):
 
 def test_unreachable_hub_error_from_datasets_is_clear(monkeypatch):
     """datasets' own ConnectionError (raised after its retries) becomes the one-line UserError."""
-    datasets = pytest.importorskip("datasets")
+    import datasets
 
     def offline(*args, **kwargs):
         raise ConnectionError("Couldn't reach 'wmt/wmt14' on the Hub (LocalEntryNotFoundError)")
@@ -156,7 +155,7 @@ def test_unreachable_hub_error_from_datasets_is_clear(monkeypatch):
 
 
 def test_unrecognised_hub_failures_are_not_hidden(monkeypatch):
-    datasets = pytest.importorskip("datasets")
+    import datasets
 
     def broken(*args, **kwargs):
         raise KeyError("translation")
@@ -171,7 +170,7 @@ def test_unrecognised_hub_failures_are_not_hidden(monkeypatch):
 
 def test_wmt14_stream_is_read_lazily(monkeypatch):
     """The WMT14 path, with datasets.load_dataset replaced by a fake stream: records are pulled one at a time."""
-    datasets = pytest.importorskip("datasets")
+    import datasets
     calls, pulled = [], []
 
     def fake_load_dataset(path, name=None, split=None, streaming=False, revision=None):
