@@ -25,20 +25,27 @@ and the extra memory is O(B H Lq Lk), like plain attention.
 
 ``relative_attention`` has two implementations, selected by ``impl``:
 
-* ``"fused"`` (default): one custom autograd Function. It works through the batch in chunks of (batch, head)
-  matrices sized to stay in the CPU cache, recomputes the probabilities in the backward pass instead of saving them
-  (as FlashAttention does; only q, k, v, the output and the tiny [B, H, Lq, 2k+1] fold of the probabilities are
-  saved), and writes every [Lq, Lk] intermediate in place into two reused chunk buffers. ``place`` is a broadcast
-  fill (the two clipped regions are constant per row) plus a scatter of the 2k - 1 interior diagonals; ``fold`` is
-  two row sums plus a gather of the interior diagonals. No full-size gather/scatter is needed. On CPU this matters
-  because (a) a fresh multi-hundred-megabyte tensor costs page faults on every step and (b) torch's gather/scatter
-  kernels are several times slower per element than broadcast arithmetic.
+* ``"fused"``: one custom autograd Function (``_FusedRelativeAttention``) with a hand-written backward. It walks
+  over chunks of whole [Lq, Lk] matrices (blocks of heads x batch rows, a few MiB each, so that they stay in the
+  CPU cache) and writes every [Lq, Lk] intermediate in place into a few reused chunk buffers. ``place`` is done
+  without any full-size gather: softmax ignores per-row constants, so the low clipped region (bucket 0) costs
+  nothing, the high region (bucket 2k) is one broadcast multiply, and the 2k - 1 interior diagonals are written
+  through a strided "band" view (row stride Lk + 1) of the score buffer. ``fold`` is a masked row sum for the low
+  region, the band view for the interior and "row total minus the rest" for the high region, using the known row
+  totals (1 for probabilities, 0 for the gradient of the logits). Table products (q w^K^T, fold(P) w^V, ...) are
+  single bmm calls over the chunk's heads. The probabilities are saved for the backward pass, or recomputed
+  there chunk by chunk (``save_probs=False``, FlashAttention style) to bound memory.
 * ``"gather"``: the straightforward autograd composition (``torch.gather`` forward, ``scatter_add`` fold).
-  Always available as a readable reference and fallback.
+  Always available as a readable reference and fallback; also used for incremental decoding (few queries).
 
-Masks use True = may attend. Masked logits are set to ``torch.finfo(dtype).min`` (never -inf, which would overflow
-half precision arithmetic into NaN), and rows with no allowed key ("dead" rows) return zeros with zero gradients:
-they are temporarily unmasked so that softmax never sees an all-masked row, and their output is zeroed afterwards.
+Measured on CPU (see benchmarks/bench_attention.py), torch's gather/scatter kernels cost several times more per
+element than broadcast arithmetic, and every fresh multi-megabyte tensor costs page faults; the fused path avoids
+both.
+
+Masks use True = may attend. Masked logits get ``torch.finfo(dtype).min`` (masked_fill in the gather path, an
+additive bias in the fused path) rather than -inf, and rows with no allowed key ("dead" rows) return zeros with
+zero gradients: they are temporarily unmasked so that softmax never sees an all-masked row (which would give NaN
+in the forward or backward pass), and their output is zeroed afterwards.
 """
 
 from __future__ import annotations
@@ -55,10 +62,17 @@ from rpr_mt.model.positions import relative_position_index
 
 __all__ = ["KVCache", "MultiHeadAttention", "causal_mask", "relative_attention"]
 
-# Per-buffer byte budget of one chunk. Two buffers of this size live at once; on CPU they should fit in the last
-# level cache together with the chunk's q/k/v slices. Accelerators prefer few large kernels.
-_CPU_CHUNK_BYTES = 4 << 20
+# Byte budget of one chunk buffer of the fused path. On CPU the few chunk buffers (scores, gradient, scratch and
+# the chunk's q/k/v copies) should stay in the last-level cache; accelerators prefer few large kernels.
+_CPU_CHUNK_BYTES = 8 << 20
 _ACCEL_CHUNK_BYTES = 1 << 30
+# The fused path saves the probabilities for the backward pass up to this size and recomputes them above it. On
+# this project's CPUs saving was faster at every measured size (a fresh tensor's page faults cost less than the
+# recomputation); recomputation bounds the memory instead.
+_SAVE_PROBS_MAX_BYTES = 1 << 30
+# Below this many queries (incremental decoding) "auto" uses the gather path: the fused path's per-chunk copies
+# of the keys and values would cost more than the attention itself.
+_FUSED_MIN_QUERIES = 8
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -116,52 +130,71 @@ class _Geometry:
 
     For k >= 1, row i splits into: the low region j <= i + offset - k (bucket 0), the 2k - 1 interior diagonals
     j = i + offset - k + t for t = 1 .. 2k-1 (bucket t, present only where 0 <= j < Lk), and the high region
-    j >= i + offset + k (bucket 2k). For k = 0 all of a row is bucket 0."""
+    j >= i + offset + k (bucket 2k). For k = 0 all of a row is bucket 0.
+
+    In rows i0 <= i < i1 all interior diagonals exist; there they are 2k - 1 consecutive elements, and across rows
+    they form a strided "band" view (row stride Lk + 1) that is read and written without any index tensor. The few
+    edge rows outside [i0, i1) (at most 2k - 2) use gather/scatter with clamped indices and a validity mask."""
 
     clip: int
-    low: Tensor | None  # [Lq, Lk] float, 1 on the low region
-    high: Tensor | None  # [Lq, Lk] float, 1 on the high region
-    inner_index: Tensor | None  # [Lq, 2k-1] long, column of each interior diagonal (clamped into range)
-    inner_valid: Tensor | None  # [Lq, 2k-1] float, 1 where that column exists
+    offset: int
+    k_len: int
+    low: Tensor | None = None  # [Lq, Lk] float, 1 on the low region
+    high: Tensor | None = None  # [Lq, Lk] float, 1 on the high region
+    band_rows: tuple[int, int] = (0, 0)  # [i0, i1)
+    # per edge row block: (rows, column of each interior diagonal clamped into range [r, 2k-1], validity [r, 2k-1])
+    edges: tuple[tuple[slice, Tensor, Tensor], ...] = ()
 
     @staticmethod
     def build(q_len: int, k_len: int, clip: int, offset: int, dtype: torch.dtype, device: torch.device) -> "_Geometry":
         if clip == 0:
-            return _Geometry(0, None, None, None, None)
+            return _Geometry(0, offset, k_len)
         query_pos = torch.arange(offset, offset + q_len, device=device)[:, None]  # [Lq, 1]
         distance = torch.arange(k_len, device=device)[None, :] - query_pos  # [Lq, Lk], j - i
-        column = query_pos - clip + torch.arange(1, 2 * clip, device=device)[None, :]  # [Lq, 2k-1]
-        valid = (column >= 0) & (column < k_len)
+        i0 = min(max(0, clip - 1 - offset), q_len)
+        i1 = max(min(q_len, k_len - clip - offset + 1), i0)
+        edges = []
+        for rows in (slice(0, i0), slice(i1, q_len)):
+            if rows.stop > rows.start:
+                column = query_pos[rows] - clip + torch.arange(1, 2 * clip, device=device)[None, :]  # [r, 2k-1]
+                valid = ((column >= 0) & (column < k_len)).to(dtype)
+                edges.append((rows, column.clamp(0, max(k_len - 1, 0)), valid))
         return _Geometry(
-            clip,
-            (distance <= -clip).to(dtype),
-            (distance >= clip).to(dtype),
-            column.clamp(0, max(k_len - 1, 0)),
-            valid.to(dtype),
+            clip, offset, k_len, (distance <= -clip).to(dtype), (distance >= clip).to(dtype), (i0, i1), tuple(edges)
         )
 
-    def expand_index(self, shape: torch.Size) -> Tensor:
-        return self.inner_index.expand(shape)
+    def band(self, x: Tensor) -> Tensor:
+        """[n, i1 - i0, 2k - 1] view of the interior diagonals of rows i0..i1 of a contiguous [n, Lq, Lk] x."""
+        i0, i1 = self.band_rows
+        start = x.storage_offset() + i0 * self.k_len + i0 + self.offset - self.clip + 1
+        return x.as_strided((x.shape[0], i1 - i0, 2 * self.clip - 1), (x.stride(0), self.k_len + 1, 1), start)
 
 
 def _place_parts(buckets: Tensor, geo: _Geometry) -> tuple[Tensor, Tensor]:
     """Split place(A) - A[.., 0] into per-row pieces: (A[2k] - A[0]) [.., Lq, 1] for the high region and
-    (A[t] - A[0]) [.., Lq, 2k-1] for the interior diagonals (0 where the diagonal leaves the matrix)."""
+    (A[t] - A[0]) [.., Lq, 2k-1] for the interior diagonals."""
     first = buckets[..., :1]
-    return buckets[..., -1:] - first, (buckets[..., 1:-1] - first).mul_(geo.inner_valid)
+    return buckets[..., -1:] - first, buckets[..., 1:-1] - first
 
 
 def _place_offdiag(out: Tensor, high_delta: Tensor, inner: Tensor, geo: _Geometry) -> Tensor:
-    """out <- place(A) - A[.., 0] from the pieces of ``_place_parts``: one broadcast multiply (the high region)
-    plus a scatter of only Lq (2k - 1) elements, several times faster on CPU than a full-size gather."""
+    """out [n, Lq, Lk] (contiguous) <- place(A) - A[.., 0] from the pieces of ``_place_parts``: a broadcast
+    multiply for the high region plus the 2k - 1 interior diagonals, several times faster than a full gather."""
     torch.mul(geo.high, high_delta, out=out)
-    return out.scatter_add_(-1, geo.expand_index(inner.shape), inner)
+    i0, i1 = geo.band_rows
+    if i1 > i0:
+        geo.band(out).add_(inner[:, i0:i1])
+    for rows, column, valid in geo.edges:  # diagonals leaving the matrix add 0 to a clamped column
+        edge = inner[:, rows] * valid
+        out[:, rows].scatter_add_(-1, column.expand(edge.shape), edge)
+    return out
 
 
 def _fold_into(out: Tensor, x: Tensor, geo: _Geometry, scratch: Tensor, total: float | None) -> None:
-    """out [.., Lq, 2k+1] <- fold(x) for x [.., Lq, Lk]: the low-region sum (masked row sum), the interior
-    diagonals (a small gather) and the high region as the rest of the row total. ``total`` is the known row sum
-    (1 for softmax rows, 0 for the gradient of softmax logits) or None to compute it. ``scratch`` is clobbered."""
+    """out [n, Lq, 2k+1] <- fold(x) for a contiguous x [n, Lq, Lk]: the low-region sum (a masked row sum), the
+    interior diagonals (the band view), and the high region as the rest of the row total. ``total`` is the known
+    row sum (1 for softmax rows, 0 for the gradient of softmax logits) or None to compute it. ``scratch`` (shaped
+    like x) is clobbered."""
     if geo.clip == 0:
         if total is None:
             torch.sum(x, -1, keepdim=True, out=out)
@@ -170,8 +203,13 @@ def _fold_into(out: Tensor, x: Tensor, geo: _Geometry, scratch: Tensor, total: f
         return
     low, inner, high = out[..., :1], out[..., 1:-1], out[..., -1:]
     torch.sum(torch.mul(x, geo.low, out=scratch), -1, keepdim=True, out=low)
-    torch.gather(x, -1, geo.expand_index(inner.shape), out=inner)
-    inner.mul_(geo.inner_valid)
+    i0, i1 = geo.band_rows
+    if i1 > i0:
+        inner[:, i0:i1] = geo.band(x)
+    for rows, column, valid in geo.edges:
+        edge = inner[:, rows]
+        torch.gather(x[:, rows], -1, column.expand(edge.shape), out=edge)
+        edge.mul_(valid)
     torch.neg(low + inner.sum(-1, keepdim=True), out=high)
     high.add_(x.sum(-1, keepdim=True) if total is None else total)
 
@@ -180,118 +218,164 @@ def place(buckets: Tensor, k_len: int, clip: int, offset: int = 0) -> Tensor:
     """place(A)[.., i, j] = A[.., i, r_ij] with r_ij = clip(j - (i + offset), -k, k) + k.
 
     buckets: [.., Lq, 2k+1] -> [.., Lq, Lk]. A plain function (no autograd); it is the adjoint of ``fold``."""
-    q_len = buckets.shape[-2]
-    geo = _Geometry.build(q_len, k_len, clip, offset, buckets.dtype, buckets.device)
-    out = buckets.new_empty(*buckets.shape[:-1], k_len)
+    *lead, q_len, n_buckets = buckets.shape
+    a = buckets.reshape(-1, q_len, n_buckets)
+    out = a.new_empty(a.shape[0], q_len, k_len)
     if clip == 0:
-        return out.copy_(buckets.expand_as(out))
-    _place_offdiag(out, *_place_parts(buckets, geo), geo)
-    return out.add_(buckets[..., :1])
+        out.copy_(a.expand_as(out))
+    else:
+        geo = _Geometry.build(q_len, k_len, clip, offset, a.dtype, a.device)
+        _place_offdiag(out, *_place_parts(a, geo), geo).add_(a[..., :1])
+    return out.view(*lead, q_len, k_len)
 
 
 def fold(x: Tensor, clip: int, offset: int = 0) -> Tensor:
-    """fold(X)[.., i, r] = sum_{j: r_ij = r} X[.., i, j], the adjoint of ``place``. x: [.., Lq, Lk] -> [.., Lq, 2k+1]."""
-    geo = _Geometry.build(x.shape[-2], x.shape[-1], clip, offset, x.dtype, x.device)
-    out = x.new_empty(*x.shape[:-1], 2 * clip + 1)
-    _fold_into(out, x, geo, torch.empty_like(x), None)
-    return out
+    """fold(X)[.., i, r] = sum_{j: r_ij = r} X[.., i, j], the adjoint of ``place``.
+
+    x: [.., Lq, Lk] -> [.., Lq, 2k+1]. A plain function (no autograd)."""
+    *lead, q_len, k_len = x.shape
+    x3 = x.reshape(-1, q_len, k_len).contiguous()
+    geo = _Geometry.build(q_len, k_len, clip, offset, x.dtype, x.device)
+    out = x.new_empty(x3.shape[0], q_len, 2 * clip + 1)
+    _fold_into(out, x3, geo, torch.empty_like(x3), None)
+    return out.view(*lead, q_len, 2 * clip + 1)
 
 
 # ----------------------------------------------------------------------------------------------------------------------
 # Fused implementation
 # ----------------------------------------------------------------------------------------------------------------------
 #
-# The fused path walks over one head at a time, in chunks of batch rows: q[:, h] is a [B, L, d] view with uniform
-# strides whatever the layout of q (in MultiHeadAttention it is a slice of the fused qkv projection), so every
-# matmul runs on views and nothing is copied into a head-split layout. Outputs and gradients are allocated as
-# [B, L, H, d] and returned as [B, H, L, d] views, which is the layout MultiHeadAttention merges heads from.
+# The loop runs over chunks of whole [Lq, Lk] matrices: blocks of heads x batch rows, in head-major order. Each
+# chunk's q, k, v (and dO) are first copied into small contiguous head-major buffers, so that every batched matmul
+# reads and writes plain contiguous blocks (on CPU, matmuls on strided operands or into strided outputs fall back
+# to much slower paths) and the per-head table products are single bmm calls over the chunk's heads. Outputs and
+# gradients are contiguous [H, B, L, d] tensors returned as [B, H, L, d] views. On CPU every fresh multi-megabyte
+# tensor also costs page faults, which is why all per-chunk intermediates live in reused chunk buffers.
 
 
-def _chunks(heads: int, batch: int, matrix_bytes: int, budget: int) -> Iterator[tuple[int, slice]]:
-    """(head, batch slice) blocks of [Lq, Lk] matrices of at most ``budget`` bytes (at least one matrix)."""
-    step = max(1, min(batch, budget // max(matrix_bytes, 1)))
-    for h in range(heads):
-        for b in range(0, batch, step):
-            yield h, slice(b, min(b + step, batch))
+def _chunks(heads: int, batch: int, matrix_bytes: int, budget: int) -> Iterator[tuple[slice, slice]]:
+    """(head slice, batch slice) blocks of whole [Lq, Lk] matrices, each at most ``budget`` bytes (at least one
+    matrix). Blocks span all batch rows of several heads, or part of the batch of one head, so that every block of
+    a contiguous [H, B, ..] tensor is itself contiguous."""
+    per_head = batch * matrix_bytes
+    if per_head <= budget:
+        step = max(1, budget // per_head)
+        for h in range(0, heads, step):
+            yield slice(h, min(h + step, heads)), slice(0, batch)
+    else:
+        step = max(1, budget // max(matrix_bytes, 1))
+        for h in range(heads):
+            for b in range(0, batch, step):
+                yield slice(h, h + 1), slice(b, min(b + step, batch))
 
 
-def _rows(t: Tensor | None, bs: slice, h: int) -> Tensor | None:
-    """[b, ..] block of head h from a [B?, H?, ..] tensor whose batch/head dims may be broadcast (size 1)."""
+def _block(t: Tensor | None, hs: slice, bs: slice) -> Tensor | None:
+    """Slice an [H?, B?, ..] tensor whose head/batch dims may be broadcast (size 1)."""
     if t is None:
         return None
-    return t[bs if t.size(0) > 1 else slice(None), h if t.size(1) > 1 else 0]
+    return t[hs if t.size(0) > 1 else slice(None), bs if t.size(1) > 1 else slice(None)]
 
 
-def _head_table(table: Tensor | None, h: int) -> Tensor | None:
-    """The [2c+1, d] table used by head h: shared tables as they are, per-head tables sliced."""
-    return table if table is None or table.dim() == 2 else table[h]
+def _flat(x: Tensor) -> Tensor:
+    """[h, b, m, n] -> [h * b, m, n] (a view for the contiguous blocks used here)."""
+    return x.reshape(-1, *x.shape[-2:])
 
 
-def _last_dim_contiguous(x: Tensor) -> Tensor:
-    return x if x.stride(-1) == 1 else x.contiguous()
+def _bmm(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
+    """Batched matmul of [.., m, n] @ [.., n, p] into a contiguous ``out`` [.., m, p] (same leading dims)."""
+    torch.bmm(_flat(a), _flat(b), out=_flat(out))
+    return out
 
 
-def _heads_last(shape: torch.Size, like: Tensor) -> Tensor:
-    """Uninitialised [B, H, L, d] tensor stored as [B, L, H, d] (returned as a permuted view)."""
-    batch, heads, length, dim = shape
-    return torch.empty(batch, length, heads, dim, dtype=like.dtype, device=like.device).permute(0, 2, 1, 3)
+def _by_head(x: Tensor) -> Tensor:
+    """Contiguous [h, b, L, n] -> [h, b * L, n]."""
+    return x.view(x.shape[0], -1, x.shape[-1])
+
+
+def _times_table_t(x: Tensor, table: Tensor, hs: slice) -> Tensor:
+    """x @ w^T for a chunk x [h, b, L, d] and the table of its heads (shared [R, d] or per head [H, R, d])."""
+    if table.dim() == 2:
+        return (x.view(-1, x.shape[-1]) @ table.t()).view(*x.shape[:-1], -1)
+    return torch.bmm(_by_head(x), table[hs].transpose(1, 2)).view(*x.shape[:-1], -1)
+
+
+def _add_times_table_(out: Tensor, f: Tensor, table: Tensor, hs: slice, alpha: float = 1.0) -> None:
+    """out += alpha f @ w for a chunk f [h, b, L, R], out [h, b, L, d] (both contiguous)."""
+    if table.dim() == 2:
+        out.view(-1, out.shape[-1]).addmm_(f.view(-1, f.shape[-1]), table, alpha=alpha)
+    else:
+        _by_head(out).baddbmm_(_by_head(f), table[hs], alpha=alpha)
+
+
+def _add_table_grad_(grad: Tensor, f: Tensor, x: Tensor, hs: slice, alpha: float = 1.0) -> None:
+    """grad += alpha sum over the chunk's batch (and heads, for a shared table) of f^T @ x."""
+    if grad.dim() == 2:
+        grad.addmm_(f.view(-1, f.shape[-1]).t(), x.view(-1, x.shape[-1]), alpha=alpha)
+    else:
+        grad[hs].baddbmm_(_by_head(f).transpose(1, 2), _by_head(x), alpha=alpha)
 
 
 def _softmax_(scores: Tensor) -> Tensor:
-    """Softmax over the last dim, in place where that is known to be safe (CPU kernels read a row before writing)."""
+    """Softmax over the last dim, written back into ``scores``. On CPU the kernel runs in place (it reads a row
+    before writing it, and a second full-size buffer would cost page faults); elsewhere it goes through a
+    temporary, since in-place aliasing is not guaranteed there."""
     if scores.device.type == "cpu":
         return torch._softmax(scores, -1, False, out=scores)
-    return torch.softmax(scores, -1)
+    return scores.copy_(torch.softmax(scores, -1))
 
 
 class _Buffers:
-    """Reused flat chunk buffers: on CPU, fresh multi-megabyte tensors cost page faults on every call."""
+    """Chunk buffers, allocated on first use and reused by every chunk (and by the backward pass of the same
+    call: on CPU their pages are then already mapped)."""
 
-    def __init__(self, numel: int, dtype: torch.dtype, device: torch.device) -> None:
-        self.numel, self.dtype, self.device = numel, dtype, device
+    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
+        self.dtype, self.device = dtype, device
         self.bufs: dict[str, Tensor] = {}
 
     def __call__(self, name: str, shape: tuple[int, ...]) -> Tensor:
-        if name not in self.bufs:
-            self.bufs[name] = torch.empty(self.numel, dtype=self.dtype, device=self.device)
-        return self.bufs[name][: math.prod(shape)].view(shape)
+        numel = math.prod(shape)
+        if name not in self.bufs or self.bufs[name].numel() < numel:  # the first chunk is the largest
+            self.bufs[name] = torch.empty(numel, dtype=self.dtype, device=self.device)
+        return self.bufs[name][:numel].view(shape)
+
+    def copy(self, name: str, x: Tensor, scale: float | None = None) -> Tensor:
+        """Contiguous copy of a chunk block (optionally scaled) in buffer ``name``."""
+        buf = self(name, tuple(x.shape))
+        return buf.copy_(x) if scale is None else torch.mul(x, scale, out=buf)
 
 
-def _scores_(
-    out: Tensor,  # [b, Lq, Lk], overwritten with the probabilities
-    q: Tensor,  # [b, Lq, d]
-    k: Tensor,  # [b, Lk, d]
-    key_buckets: Tensor | None,  # [b, Lq, 2c+1] = q . w^K / sqrt(d)
-    bias: Tensor | None,  # broadcastable to out: 0 or finfo.min
-    geo: _Geometry,
-    scale: float,
-) -> Tensor:
-    """softmax(scale q k^T + place(q w^K^T) + bias), computed in place in ``out``.
+class _Scores:
+    """Attention probabilities of one chunk, softmax(qs k^T + place(qs w^K^T) + mask bias), computed in place.
 
     Softmax ignores constants added to a row, so place(A) - A[.., 0] (zero on the low region) stands in for
-    place(A): one broadcast multiply for the high region and a small scatter for the 2k - 1 interior diagonals."""
-    kt = k.transpose(-1, -2)
-    if key_buckets is not None and geo.clip > 0:
-        _place_offdiag(out, *_place_parts(key_buckets, geo), geo)
-        if bias is not None:
-            out.add_(bias)
-    elif bias is not None:
-        out.copy_(bias.expand_as(out))
-    else:
-        return _softmax_(torch.baddbmm(out, q, kt, beta=0, alpha=scale, out=out))
-    return _softmax_(out.baddbmm_(q, kt, alpha=scale))
+    place(A): a broadcast multiply for the high region plus the interior diagonals."""
 
+    def __init__(self, rel_k: Tensor | None, geo: _Geometry, mask: Tensor | None, dtype: torch.dtype) -> None:
+        self.rel_k = rel_k if geo.clip > 0 else None  # with k = 0 the key term is a per-row constant
+        self.geo = geo
+        self.mask = mask  # head-major [H?, B?, Lq?, Lk]
+        self.dtype = dtype
+        # A mask without head or batch extent (padding [B,1,1,Lk], causal [1,1,Lq,Lk]) becomes a bias once;
+        # a full [B, H, Lq, Lk] mask is converted chunk by chunk.
+        self.bias = None if mask is None or (mask.size(0) > 1 and mask.size(1) > 1) else _mask_bias(mask, dtype)
 
-def _sum_bmm_tn(a: Tensor, b: Tensor) -> Tensor:
-    """sum over the batch of a[i]^T @ b[i]: [n, L, r], [n, L, d] -> [r, d]."""
-    if _mergeable(a) and _mergeable(b):  # one [r, n L] @ [n L, d] matmul on views
-        return a.reshape(-1, a.shape[-1]).t() @ b.reshape(-1, b.shape[-1])
-    return torch.bmm(a.transpose(1, 2), b).sum(0)
-
-
-def _mergeable(x: Tensor) -> bool:
-    """Whether the first two dims of a 3-d tensor can be merged without a copy."""
-    return x.size(0) == 1 or x.stride(0) == x.stride(1) * x.size(1)
+    def __call__(self, out: Tensor, qs: Tensor, k: Tensor, hs: slice, bs: slice) -> Tensor:
+        """out: [h, b, Lq, Lk] buffer; qs (scaled queries), k: the chunk's contiguous [h, b, L, d] copies."""
+        bias = _block(self.bias, hs, bs)
+        if bias is None and self.mask is not None:
+            bias = _mask_bias(_block(self.mask, hs, bs), self.dtype)
+        kt = k.transpose(-1, -2)
+        if self.rel_k is not None:
+            key_buckets = _times_table_t(qs, self.rel_k, hs)  # [h, b, Lq, 2c+1]
+            _place_offdiag(_flat(out), *(_flat(x) for x in _place_parts(key_buckets, self.geo)), self.geo)
+            if bias is not None:
+                out.add_(bias)
+        elif bias is not None:
+            out.copy_(bias.expand_as(out))
+        else:
+            return _softmax_(_bmm(qs, kt, out))
+        _flat(out).baddbmm_(_flat(qs), _flat(kt))
+        return _softmax_(out)
 
 
 class _FusedRelativeAttention(torch.autograd.Function):
@@ -315,133 +399,117 @@ class _FusedRelativeAttention(torch.autograd.Function):
         chunk_bytes: int,
         save_probs: bool,
     ) -> Tensor:
-        q, k, v = _last_dim_contiguous(q), _last_dim_contiguous(k), _last_dim_contiguous(v)
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
         dtype, device = q.dtype, q.device
         scale = dim**-0.5
+        q_h, k_h, v_h = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, B, L, d] views
+        keep_h = None if keep is None else keep.transpose(0, 1)
         geo = _Geometry.build(q_len, k_len, clip, offset, dtype, device)
-        buckets = 2 * clip + 1
-        # A mask without batch or head extent (padding [B,1,1,Lk], causal [1,1,Lq,Lk]) becomes a bias once.
-        bias = None if mask is None or (mask.size(0) > 1 and mask.size(1) > 1) else _mask_bias(mask, dtype)
-        key_table = None if rel_k is None else rel_k * scale  # q . w^K / sqrt(d) in one small matmul
-        key_buckets = None if rel_k is None else torch.empty(heads, batch, q_len, buckets, dtype=dtype, device=device)
-        folded = None if rel_v is None else torch.empty(heads, batch, q_len, buckets, dtype=dtype, device=device)
+        scores = _Scores(rel_k, geo, None if mask is None else mask.transpose(0, 1), dtype)
+        folded = None if rel_v is None else torch.empty(heads, batch, q_len, 2 * clip + 1, dtype=dtype, device=device)
         probs = torch.empty(heads, batch, q_len, k_len, dtype=dtype, device=device) if save_probs else None
-        out = _heads_last(q.shape, q)  # [B, H, Lq, d]
+        out = torch.empty(heads, batch, q_len, dim, dtype=dtype, device=device)  # [H, B, Lq, d]
+        bufs = _Buffers(dtype, device)
 
-        matrix_bytes = q_len * k_len * q.element_size()
-        step = max(1, min(batch, chunk_bytes // max(matrix_bytes, 1)))
-        bufs = _Buffers(step * q_len * k_len, dtype, device)
-        for h, bs in _chunks(heads, batch, matrix_bytes, chunk_bytes):
-            q_c, k_c, v_c, out_c = q[bs, h], k[bs, h], v[bs, h], out[bs, h]  # [b, L, d] views
-            shape = (q_c.shape[0], q_len, k_len)
-            a_c = None
-            if key_buckets is not None:
-                a_c = torch.matmul(q_c, _head_table(key_table, h).t(), out=key_buckets[h, bs])  # [b, Lq, 2c+1]
-            chunk_bias = _rows(bias, bs, h) if bias is not None or mask is None else _mask_bias(_rows(mask, bs, h), dtype)
-            p = _scores_(probs[h, bs] if save_probs else bufs("p", shape), q_c, k_c, a_c, chunk_bias, geo, scale)
-            if keep is not None:  # dropped probabilities p * keep / (1 - p_drop)
-                p = torch.mul(p, keep[bs, h], out=bufs("dropped", shape)).mul_(1.0 / (1.0 - dropout_p))
-            torch.bmm(p, v_c, out=out_c)  # [b, Lq, d]
+        for hs, bs in _chunks(heads, batch, _matrix_bytes(q_len, k_len, dim, q.element_size()), chunk_bytes):
+            q_c = bufs.copy("q", q_h[hs, bs], scale)  # [h, b, Lq, d], scaled
+            k_c, v_c = bufs.copy("k", k_h[hs, bs]), bufs.copy("v", v_h[hs, bs])
+            shape = (*q_c.shape[:2], q_len, k_len)
+            p = scores(probs[hs, bs] if save_probs else bufs("p", shape), q_c, k_c, hs, bs)  # [h, b, Lq, Lk]
+            if keep_h is not None:  # dropped probabilities p * keep / (1 - p_drop)
+                p = torch.mul(p, keep_h[hs, bs], out=bufs("dropped", shape)).mul_(1.0 / (1.0 - dropout_p))
+            out_c = _bmm(p, v_c, out[hs, bs])  # [h, b, Lq, d]
             if folded is not None:  # value term fold(P) w^V; rows of P sum to 1 unless dropped
-                scratch = bufs("p" if keep is not None and not save_probs else "scratch", shape)
-                f_c = folded[h, bs]
-                _fold_into(f_c, p, geo, scratch, None if keep is not None else 1.0)
-                out_c.add_(torch.matmul(f_c, _head_table(rel_v, h)))
+                f_c = folded[hs, bs]
+                scratch = bufs("p" if keep_h is not None and not save_probs else "scratch", shape)
+                _fold_into(_flat(f_c), _flat(p), geo, _flat(scratch), None if keep_h is not None else 1.0)
+                _add_times_table_(out_c, f_c, rel_v, hs)
         if dead is not None:
-            out.masked_fill_(dead, 0)
+            out.masked_fill_(dead.transpose(0, 1), 0)
 
-        ctx.save_for_backward(q, k, v, rel_k, rel_v, out, folded, key_buckets, probs, mask, dead, keep)
+        ctx.save_for_backward(q, k, v, rel_k, rel_v, out, folded, probs, mask, dead, keep)
         ctx.config = (clip, offset, dropout_p, chunk_bytes)
-        return out
+        ctx.bufs = bufs  # reused by the backward pass: on CPU their pages are then already mapped
+        return out.transpose(0, 1)
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        q, k, v, rel_k, rel_v, out, folded, key_buckets, probs, mask, dead, keep = ctx.saved_tensors
+        q, k, v, rel_k, rel_v, out, folded, probs, mask, dead, keep = ctx.saved_tensors
         clip, offset, dropout_p, chunk_bytes = ctx.config
+        bufs = ctx.bufs
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
         dtype, device = q.dtype, q.device
         scale = dim**-0.5
         keep_scale = 1.0 / (1.0 - dropout_p)
+        q_h, k_h, v_h, go_h = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1), grad_out.transpose(0, 1)
+        keep_h = None if keep is None else keep.transpose(0, 1)
+        dead_h = None if dead is None else dead.transpose(0, 1)
         geo = _Geometry.build(q_len, k_len, clip, offset, dtype, device)
-        bias = None if mask is None or (mask.size(0) > 1 and mask.size(1) > 1) else _mask_bias(mask, dtype)
-
-        grad_out = _last_dim_contiguous(grad_out)
-        if dead is not None:
-            grad_out = grad_out.masked_fill(dead, 0)
-        grad_q, grad_k, grad_v = _heads_last(q.shape, q), _heads_last(k.shape, k), _heads_last(v.shape, v)
+        mask_h = None if mask is None else mask.transpose(0, 1)
+        scores = None if probs is not None else _Scores(rel_k, geo, mask_h, dtype)
+        grad_q = torch.empty(heads, batch, q_len, dim, dtype=dtype, device=device)  # [H, B, Lq, d], head-major
+        grad_k = torch.empty(heads, batch, k_len, dim, dtype=dtype, device=device)
+        grad_v = torch.empty_like(grad_k)
         grad_rel_k = None if rel_k is None else torch.zeros_like(rel_k)
         grad_rel_v = None if rel_v is None else torch.zeros_like(rel_v)
 
-        matrix_bytes = q_len * k_len * q.element_size()
-        step = max(1, min(batch, chunk_bytes // max(matrix_bytes, 1)))
-        bufs = _Buffers(step * q_len * k_len, dtype, device)
-        for h, bs in _chunks(heads, batch, matrix_bytes, chunk_bytes):
-            q_c, k_c, v_c, go_c = q[bs, h], k[bs, h], v[bs, h], grad_out[bs, h]  # [b, L, d] views
-            shape = (q_c.shape[0], q_len, k_len)
-            # FlashAttention's identity: sum_j P_ij dP_ij = dO_i . O_i (with the value term and dropout too).
-            delta = (go_c * out[bs, h]).sum(-1, keepdim=True)  # [b, Lq, 1]
-            if probs is not None:
-                p = probs[h, bs]
-            else:
-                chunk_bias = _rows(bias, bs, h) if bias is not None or mask is None else _mask_bias(_rows(mask, bs, h), dtype)
-                a_c = None if key_buckets is None else key_buckets[h, bs]
-                p = _scores_(bufs("p", shape), q_c, k_c, a_c, chunk_bias, geo, scale)
+        for hs, bs in _chunks(heads, batch, _matrix_bytes(q_len, k_len, dim, q.element_size()), chunk_bytes):
+            q_c = bufs.copy("q", q_h[hs, bs], scale)
+            k_c, v_c, go_c = bufs.copy("k", k_h[hs, bs]), bufs.copy("v", v_h[hs, bs]), bufs.copy("go", go_h[hs, bs])
+            if dead_h is not None:
+                go_c.masked_fill_(_block(dead_h, hs, bs), 0)
+            shape = (*q_c.shape[:2], q_len, k_len)
             g = bufs("g", shape)
-            if keep is not None:
-                keep_c = keep[bs, h]
-                p_used = torch.mul(p, keep_c, out=g).mul_(keep_scale)
+            # FlashAttention's identity: sum_j P_ij dP_ij = dO_i . O_i (with the value term and dropout too).
+            delta = torch.mul(go_c, out[hs, bs], out=bufs("product", tuple(go_c.shape))).sum(-1, keepdim=True)
+            p = probs[hs, bs] if probs is not None else scores(bufs("p", shape), q_c, k_c, hs, bs)
+            if keep_h is not None:
+                keep_c = keep_h[hs, bs]
+                _bmm(torch.mul(p, keep_c, out=g).mul_(keep_scale).transpose(-1, -2), go_c, grad_v[hs, bs])
             else:
-                p_used = p
-            torch.bmm(p_used.transpose(1, 2), go_c, out=grad_v[bs, h])
-            if rel_v is not None:
-                grad_rel_v_h = _sum_bmm_tn(folded[h, bs], go_c)
-                if rel_v.dim() == 3:
-                    grad_rel_v[h] += grad_rel_v_h
-                else:
-                    grad_rel_v += grad_rel_v_h
+                _bmm(p.transpose(-1, -2), go_c, grad_v[hs, bs])
 
-            # g <- dP - delta with dP = dO v^T + place(dO w^V^T), the gradient of the (dropped) probabilities.
-            row = delta.neg() if keep is None else None  # per-row constant of g
+            # g <- dP - delta, with dP = dO v^T + place(dO w^V^T) the gradient of the (dropped) probabilities;
+            # the per-row constant of place() (bucket 0) and, without dropout, -delta form one row term.
+            row = None if keep_h is not None else delta.neg()
             if rel_v is not None:
-                grad_buckets = torch.matmul(go_c, _head_table(rel_v, h).t())  # [b, Lq, 2c+1]
+                _add_table_grad_(grad_rel_v, folded[hs, bs], go_c, hs)
+                grad_buckets = _times_table_t(go_c, rel_v, hs)  # [h, b, Lq, 2c+1]
                 row = grad_buckets[..., :1] if row is None else row.add_(grad_buckets[..., :1])
                 if clip > 0:
-                    _place_offdiag(g, *_place_parts(grad_buckets, geo), geo).add_(row)
+                    _place_offdiag(_flat(g), *(_flat(x) for x in _place_parts(grad_buckets, geo)), geo)
+                    g.add_(row)
                 else:
                     g.copy_(row.expand_as(g))
             elif row is not None:
                 g.copy_(row.expand_as(g))
-            if row is None:
-                torch.baddbmm(g, go_c, v_c.transpose(1, 2), beta=0, out=g)
+            vt = v_c.transpose(-1, -2)
+            if row is not None:
+                _flat(g).baddbmm_(_flat(go_c), _flat(vt))
             else:
-                g.baddbmm_(go_c, v_c.transpose(1, 2))
-            if keep is not None:
+                _bmm(go_c, vt, g)
+            if keep_h is not None:
                 g.mul_(keep_c).mul_(keep_scale).sub_(delta)
-            ds = g.mul_(p)  # softmax backward: dS = P * (dP - delta)
-            gq_c, gk_c = grad_q[bs, h], grad_k[bs, h]
-            torch.baddbmm(gq_c, ds, k_c, beta=0, alpha=scale, out=gq_c)
-            torch.baddbmm(gk_c, ds.transpose(1, 2), q_c, beta=0, alpha=scale, out=gk_c)
+            ds = g.mul_(p)  # softmax backward: dS = P * (dP - delta), the gradient of the logits
+            gq_c = _bmm(ds, k_c, grad_q[hs, bs])
+            _bmm(ds.transpose(-1, -2), q_c, grad_k[hs, bs])
             if rel_k is not None:  # rows of dS sum to 0 (softmax is shift invariant)
-                fold_ds = torch.empty(shape[0], q_len, 2 * clip + 1, dtype=dtype, device=device)
-                _fold_into(fold_ds, ds, geo, bufs("p" if probs is None else "scratch", shape), 0.0)
-                gq_c.add_(torch.matmul(fold_ds, _head_table(rel_k, h)), alpha=scale)
-                grad_rel_k_h = _sum_bmm_tn(fold_ds, q_c).mul_(scale)
-                if rel_k.dim() == 3:
-                    grad_rel_k[h] += grad_rel_k_h
-                else:
-                    grad_rel_k += grad_rel_k_h
-        return (grad_q, grad_k, grad_v, grad_rel_k, grad_rel_v) + (None,) * 8
+                fold_ds = bufs("fold", (*shape[:3], 2 * clip + 1))
+                _fold_into(_flat(fold_ds), _flat(ds), geo, _flat(bufs("p" if probs is None else "scratch", shape)), 0.0)
+                _add_times_table_(gq_c, fold_ds, rel_k, hs)
+                _add_table_grad_(grad_rel_k, fold_ds, q_c, hs)
+        grad_q.mul_(scale)  # the chunk q copies were already scaled, so grad_k and the table grads are final
+        return (grad_q.transpose(0, 1), grad_k.transpose(0, 1), grad_v.transpose(0, 1), grad_rel_k, grad_rel_v) + (
+            None,
+        ) * 8
 
 
-# Above this many bytes of probabilities the fused path recomputes them in the backward pass instead of saving
-# them: on CPU, glibc serves allocations up to 32 MiB from its reusable heap but maps larger ones fresh on every
-# call, and the page faults cost about as much as the recomputation.
-_SAVE_PROBS_MAX_BYTES = {"cpu": 32 << 20}
-_SAVE_PROBS_MAX_BYTES_DEFAULT = 1 << 30
+def _matrix_bytes(q_len: int, k_len: int, dim: int, element_size: int) -> int:
+    """Bytes per [Lq, Lk] matrix of the largest per-chunk buffer (scores, or the k/v copies when Lq is small)."""
+    return max(q_len * k_len, k_len * dim, q_len * dim) * element_size
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -526,7 +594,7 @@ def relative_attention(
     attn_mask: Tensor | None = None,
     offset: int = 0,
     dropout_p: float = 0.0,
-    impl: str = "fused",
+    impl: str = "auto",
     chunk_bytes: int | None = None,
     save_probs: bool | None = None,
 ) -> Tensor:
@@ -546,11 +614,13 @@ def relative_attention(
         offset: absolute position of the first query; queries sit at offset .. offset + Lq - 1 and keys at
             0 .. Lk - 1 (cached decoding).
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
-        impl: "fused" (chunked custom autograd Function) or "gather" (plain autograd reference).
-        chunk_bytes: per-buffer byte budget of the fused implementation's chunks (default: device dependent).
-        save_probs: fused implementation only: keep the [B, H, Lq, Lk] probabilities for the backward pass (True)
-            or recompute them there chunk by chunk (False, FlashAttention style: O(chunk) extra memory). Default:
-            save up to 32 MiB on CPU (1 GiB elsewhere), recompute above.
+        impl: "fused" (chunked custom autograd Function), "gather" (plain autograd reference), or "auto":
+            fused, except for few queries (incremental decoding), where the gather path has less overhead.
+        chunk_bytes: fused only: byte budget of one chunk buffer (default 8 MiB on CPU, to stay in cache; 1 GiB
+            on accelerators).
+        save_probs: fused only: keep the [B, H, Lq, Lk] probabilities for the backward pass (True), or recompute
+            them there chunk by chunk (False; FlashAttention style, O(chunk) extra memory, but slower). Default:
+            save up to 1 GiB per call.
 
     Returns:
         [B, H, Lq, d]. Under autocast the computation runs in the autocast dtype (like matmul); the softmax of a
@@ -577,8 +647,12 @@ def relative_attention(
         expected = [(2 * clip + 1, dim), (heads, 2 * clip + 1, dim)]
         if tuple(table.shape) not in expected:
             raise ValueError(f"{name} must be [2*clip+1, d] or [H, 2*clip+1, d] = {expected}, got {tuple(table.shape)}")
-    if impl not in ("fused", "gather"):
-        raise ValueError(f"impl must be 'fused' or 'gather', got {impl!r}")
+    if impl not in ("auto", "fused", "gather"):
+        raise ValueError(f"impl must be 'auto', 'fused' or 'gather', got {impl!r}")
+    if impl == "auto":
+        impl = "gather" if q_len < _FUSED_MIN_QUERIES else "fused"
+    if k_len == 0:  # nothing to attend to: every row is dead
+        return q.new_zeros(q.shape)
 
     device_type = q.device.type
     dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else q.dtype
@@ -599,8 +673,7 @@ def relative_attention(
         if chunk_bytes is None:
             chunk_bytes = _CPU_CHUNK_BYTES if device_type == "cpu" else _ACCEL_CHUNK_BYTES
         if save_probs is None:
-            limit = _SAVE_PROBS_MAX_BYTES.get(device_type, _SAVE_PROBS_MAX_BYTES_DEFAULT)
-            save_probs = batch * heads * q_len * k_len * q.element_size() <= limit
+            save_probs = batch * heads * q_len * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
         return _FusedRelativeAttention.apply(
             q, k, v, rel_k, rel_v, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs
         )

@@ -77,8 +77,9 @@ CASES = [
     (1, 2, 1, 6, 4, 3, 5, "padding"),  # one new query
     (2, 1, 4, 6, 4, 1, 0, None),  # Lq < Lk
     (2, 2, 6, 3, 4, 2, 0, None),  # Lq > Lk
-    (2, 2, 5, 5, 4, 2, 0, "dead"),  # a fully masked row gives zeros
+    (2, 2, 5, 5, 8, 2, 0, "dead"),  # a fully masked row gives zeros; d > Lk
     (3, 2, 9, 9, 2, 2, 0, "random"),  # a full mask, converted chunk by chunk
+    (2, 2, 4, 13, 3, 2, 9, "causal+padding"),  # interior diagonals: band rows and an edge row, with offset
 ]
 CELLS = [  # (per_head, use_key, use_value)
     (per_head, use_key, use_value)
@@ -101,6 +102,7 @@ def test_matches_reference(case, cell):
         # chunks of one [Lq, Lk] matrix (splitting the batch of a head), and of all batch rows of one head
         "fused-1-matrix-chunks": dict(impl="fused", chunk_bytes=1, save_probs=False),
         "fused-head-chunks": dict(impl="fused", chunk_bytes=batch * q_len * k_len * 8, save_probs=True),
+        "auto": dict(),
     }
     for name, kwargs in runs.items():
         out = relative_attention(*inputs, clip=clip, attn_mask=mask, offset=offset, **kwargs)
@@ -146,7 +148,9 @@ def test_gradcheck_fused_function():
 
 def test_place_and_fold_are_adjoint_and_match_gather_scatter():
     gen = torch.Generator().manual_seed(0)
-    for q_len, k_len, clip, offset in [(5, 5, 2, 0), (3, 8, 3, 5), (4, 2, 4, 0), (6, 6, 0, 0), (1, 9, 1, 8)]:
+    cases = [(5, 5, 2, 0), (3, 8, 3, 5), (4, 2, 4, 0), (6, 6, 0, 0), (1, 9, 1, 8), (40, 40, 5, 0), (10, 30, 4, 20)]
+    cases += [(33, 33, 16, 0), (20, 7, 1, 0), (7, 20, 3, 0)]
+    for q_len, k_len, clip, offset in cases:
         buckets = torch.randn(2, 3, q_len, 2 * clip + 1, dtype=F64, generator=gen)
         x = torch.randn(2, 3, q_len, k_len, dtype=F64, generator=gen)
         index = relative_position_index(q_len, k_len, clip, offset).expand(2, 3, q_len, k_len)
@@ -173,6 +177,20 @@ def test_content_only_attention(mask_kind, requires_grad):
         if requires_grad:
             out.sum().backward()
             assert all(torch.isfinite(t.grad).all() for t in (q, k, v))
+
+
+def test_out_of_place_softmax_branch(monkeypatch):
+    """The non-CPU branch of the fused path's softmax (a temporary copied back) gives the same results."""
+    import rpr_mt.model.attention as attention
+
+    monkeypatch.setattr(attention, "_softmax_", lambda s: s.copy_(torch.softmax(s, -1)))
+    inputs = make_inputs(2, 2, 6, 6, 4, 2, True, True, True)
+    mask = make_mask("dead", 2, 2, 6, 6, 0)
+    expected = grads(reference_attention(*inputs, 2, mask), inputs)
+    for save_probs in (True, False):
+        out = relative_attention(*inputs, clip=2, attn_mask=mask, impl="fused", save_probs=save_probs)
+        for a, e in zip(grads(out, inputs), expected):
+            torch.testing.assert_close(a, e, atol=1e-6, rtol=1e-6)
 
 
 def test_saved_tensors_survive_retain_graph():

@@ -1,0 +1,180 @@
+"""Benchmark relation-aware attention (Shaw et al., 2018) against plain attention: forward + backward time and memory.
+
+For each sequence length L (self-attention, Lq = Lk = L) it times forward + backward of:
+
+    floor     attention without position terms: the faster of torch SDPA and plain matmul-softmax-matmul
+    K+V       rpr_mt relative_attention(impl="fused"), key and value terms, probabilities saved for backward
+    K         key term only (rel_v None)
+    V         value term only (rel_k None)
+    K+V recompute   the same with save_probs=False: probabilities recomputed in backward (less memory)
+    gather    relative_attention(impl="gather"): plain autograd, torch.gather forward, scatter_add folds
+    naive     tensor2tensor / OpenNMT-py style: materialises the [H, L, L, d] tables of relation vectors
+              (skipped where its memory estimate exceeds --naive-limit-gb)
+
+Inputs are laid out as MultiHeadAttention produces them: q, k, v are [B, H, L, d] views of one [B, L, 3, H, d]
+projection, and the output gradient is a [B, H, L, d] view of a [B, L, H, d] tensor. Times are medians of
+--repeats runs (methods interleaved round-robin, after one warm-up run each).
+
+Memory: on CUDA, the peak of torch.cuda.max_memory_allocated during forward + backward minus the memory allocated
+before it. On CPU there is no allocator statistic, so the column is "saved-for-backward bytes": the sizes of the
+distinct storages the autograd graph keeps between forward and backward (recorded with
+torch.autograd.graph.saved_tensors_hooks), not counting the inputs q, k, v and the tables, plus the fused path's
+chunk buffers, which it keeps from forward to backward outside the graph (a few buffers of at most 8 MiB).
+
+    python benchmarks/bench_attention.py --lengths 32 64 128 256 512 --repeats 5 --threads 2
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import platform
+import statistics
+import time
+from typing import Callable
+
+import torch
+import torch.nn.functional as F
+
+from rpr_mt.model.attention import relative_attention
+from rpr_mt.model.positions import relative_position_index
+
+
+def naive_relative_attention(q, k, v, rel_k, rel_v, clip: int):
+    """Materialises a_ij^K, a_ij^V as [H, L, L, d] tensors (per-head tables), as tensor2tensor and OpenNMT-py do."""
+    heads, q_len, k_len = q.shape[1], q.shape[2], k.shape[2]
+    index = relative_position_index(q_len, k_len, clip, device=q.device)  # [L, L]
+    table_k = rel_k[:, index] if rel_k.dim() == 3 else rel_k[index].expand(heads, -1, -1, -1)  # [H, L, L, d]
+    table_v = rel_v[:, index] if rel_v.dim() == 3 else rel_v[index].expand(heads, -1, -1, -1)
+    scores = q @ k.transpose(-1, -2) + torch.einsum("bhid,hijd->bhij", q, table_k)
+    probs = torch.softmax(scores * q.shape[-1] ** -0.5, dim=-1)
+    return probs @ v + torch.einsum("bhij,hijd->bhid", probs, table_v)
+
+
+def manual_attention(q, k, v):
+    return torch.softmax((q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2), dim=-1) @ v
+
+
+class SavedBytes:
+    """Sum of distinct storages saved for backward, excluding the given input tensors."""
+
+    def __init__(self, exclude: list[torch.Tensor]) -> None:
+        self.exclude = {t.untyped_storage().data_ptr() for t in exclude}
+        self.storages: dict[int, int] = {}
+
+    def pack(self, t: torch.Tensor):
+        storage = t.untyped_storage()
+        if storage.data_ptr() not in self.exclude:
+            self.storages[storage.data_ptr()] = storage.nbytes()
+        return t
+
+    @property
+    def total(self) -> int:
+        return sum(self.storages.values())
+
+
+def measure_memory(fn: Callable[[], torch.Tensor], grad_out: torch.Tensor, exclude, device: str) -> int:
+    if device == "cuda":
+        torch.cuda.synchronize()
+        base = torch.cuda.memory_allocated()
+        torch.cuda.reset_peak_memory_stats()
+        fn().backward(grad_out)
+        torch.cuda.synchronize()
+        return torch.cuda.max_memory_allocated() - base
+    saved = SavedBytes(exclude)
+    with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
+        out = fn()
+    total = saved.total
+    chunk_buffers = getattr(out.grad_fn, "bufs", None)  # the fused path's chunk buffers, kept for its backward
+    if chunk_buffers is not None:
+        total += sum(buf.untyped_storage().nbytes() for buf in chunk_buffers.bufs.values())
+    out.backward(grad_out)
+    return total
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256, 512])
+    parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--heads", type=int, default=8)
+    parser.add_argument("--dim", type=int, default=64, help="per-head dimension d")
+    parser.add_argument("--clip", type=int, default=16, help="maximum relative distance k")
+    parser.add_argument("--shared", action="store_true", help="tables shared across heads (default: per head)")
+    parser.add_argument("--naive-limit-gb", type=float, default=4.0)
+    parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    args = parser.parse_args()
+
+    torch.set_num_threads(args.threads)
+    device = args.device
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    B, H, d, c = args.batch, args.heads, args.dim, args.clip
+    gen = torch.Generator().manual_seed(0)
+    table_shape = (2 * c + 1, d) if args.shared else (H, 2 * c + 1, d)
+    rel_k = (torch.randn(table_shape, generator=gen) * d**-0.5).to(device).requires_grad_()
+    rel_v = (torch.randn(table_shape, generator=gen) * d**-0.5).to(device).requires_grad_()
+
+    print(f"# relative attention benchmark: B={B} H={H} d={d} k={c} tables={'shared' if args.shared else 'per head'}")
+    print(
+        f"# device={device} threads={torch.get_num_threads()} torch={torch.__version__} "
+        f"cpu={platform.processor() or platform.machine()} loadavg={os.getloadavg()[0]:.2f}"
+    )
+    print("# time: forward+backward, median of", args.repeats, "runs; ratio = time / floor")
+    mem_label = "peak MiB" if device == "cuda" else "saved MiB"
+    print(f"\n| L | method | time (ms) | ratio | {mem_label} |")
+    print("|---:|:---|---:|---:|---:|")
+
+    for L in args.lengths:
+        qkv = torch.randn(B, L, 3, H, d, generator=gen).to(device).requires_grad_()
+        q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)  # [B, H, L, d] views, as in MultiHeadAttention
+        grad_out = torch.randn(B, L, H, d, generator=gen).to(device).permute(0, 2, 1, 3)
+        naive_bytes = 4 * H * L * L * d * 4 + 2 * B * H * L * L * 4  # two tables, their grads, logits/probs
+        methods: dict[str, Callable[[], torch.Tensor]] = {
+            "SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
+            "matmul-softmax-matmul": lambda: manual_attention(q, k, v),
+            "K+V (fused)": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="fused"),
+            "K only": lambda: relative_attention(q, k, v, rel_k, None, clip=c, impl="fused"),
+            "V only": lambda: relative_attention(q, k, v, None, rel_v, clip=c, impl="fused"),
+            "K+V recompute": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="fused", save_probs=False),
+            "K+V gather": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="gather"),
+        }
+        if naive_bytes <= args.naive_limit_gb * 2**30:
+            methods["K+V naive [H,L,L,d]"] = lambda: naive_relative_attention(q, k, v, rel_k, rel_v, c)
+
+        def run(fn: Callable[[], torch.Tensor]) -> float:
+            sync()
+            start = time.perf_counter()
+            fn().backward(grad_out)
+            sync()
+            return time.perf_counter() - start
+
+        times: dict[str, list[float]] = {name: [] for name in methods}
+        for fn in methods.values():  # warm-up
+            run(fn)
+        for _ in range(args.repeats):
+            for name, fn in methods.items():
+                times[name].append(run(fn))
+        median = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
+        memory = {}
+        if not args.no_memory:
+            exclude = [qkv, rel_k, rel_v]
+            memory = {name: measure_memory(fn, grad_out, exclude, device) / 2**20 for name, fn in methods.items()}
+
+        floor_name = min(("SDPA", "matmul-softmax-matmul"), key=median.get)
+        floor = median[floor_name]
+        for name in methods:
+            label = name
+            if name in ("SDPA", "matmul-softmax-matmul"):
+                label = f"floor: {name}" if name == floor_name else f"({name})"
+            mem = f"{memory[name]:.1f}" if memory else "-"
+            print(f"| {L} | {label} | {median[name]:.1f} | {median[name] / floor:.2f} | {mem} |", flush=True)
+        if "K+V naive [H,L,L,d]" not in methods:
+            print(f"| {L} | K+V naive [H,L,L,d] | skipped (~{naive_bytes / 2**30:.1f} GiB) | | |", flush=True)
+        del qkv, q, k, v, grad_out
+    print(f"\n# loadavg at end: {os.getloadavg()[0]:.2f}")
+
+
+if __name__ == "__main__":
+    main()
