@@ -426,10 +426,13 @@ def train(
     bad_updates = 0
     total_target_tokens = 0
     window = {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "updates": 0, "time": time.monotonic()}
-    iterator = EpochIterator(
-        train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
-        bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=position,
-    )
+    def epoch_iterator(start: int) -> EpochIterator:
+        return EpochIterator(
+            train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
+            bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=start,
+        )
+
+    iterator = epoch_iterator(position)
     batches = iter(iterator)
 
     def next_batch() -> Batch:
@@ -441,10 +444,7 @@ def train(
                 return batch
             epoch += 1
             position = 0
-            iterator = EpochIterator(
-                train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
-                bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=0,
-            )
+            iterator = epoch_iterator(0)
             batches = iter(iterator)
 
     def budget_progress() -> float:
