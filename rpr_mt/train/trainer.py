@@ -21,6 +21,7 @@ import resource
 import shutil
 import signal
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -210,7 +211,7 @@ class _StopSignal:
         self.previous: dict[int, Any] = {}
 
     def __enter__(self) -> "_StopSignal":
-        if threading_main():
+        if threading.current_thread() is threading.main_thread():  # signal handlers need the main thread
             for sig in (signal.SIGINT, signal.SIGTERM):
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
@@ -223,12 +224,6 @@ class _StopSignal:
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self.previous.items():
             signal.signal(sig, handler)
-
-
-def threading_main() -> bool:
-    import threading
-
-    return threading.current_thread() is threading.main_thread()
 
 
 def _load_data(cfg: Config, dd: _Distributed, log: Callable[[str], None], progress: bool) -> Path:
@@ -425,7 +420,10 @@ def train(
     stopped_by = ""
     bad_updates = 0
     total_target_tokens = 0
-    window = {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "updates": 0, "time": time.monotonic()}
+    def new_window() -> dict[str, float]:  # sums over the updates since the last log line
+        return {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "time": time.monotonic()}
+
+    window = new_window()
     def epoch_iterator(start: int) -> EpochIterator:
         return EpochIterator(
             train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
@@ -513,7 +511,6 @@ def train(
             window["nll"] += nll_sum
             window["tgt"] += update_tokens
             window["src"] += sum(b.global_src_tokens for b in micro)
-            window["updates"] += 1
 
             if step % t.log_every == 0 or step == 1:
                 seconds = max(time.monotonic() - window["time"], 1e-9)
@@ -529,7 +526,7 @@ def train(
                     f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
                 logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}",
                                       "tok/s": f"{record['tgt_tok_s']:,.0f}"})
-                window = {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "updates": 0, "time": time.monotonic()}
+                window = new_window()
             else:
                 logger.advance(step, {})
 
