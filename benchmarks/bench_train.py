@@ -6,6 +6,7 @@ from two length regimes, in fp32 and bf16 autocast, and prints target tokens/s a
 
     python benchmarks/bench_train.py                       # d_model 256, 3+3 layers, ~4k target tokens a batch
     python benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
+    python benchmarks/bench_train.py --malloc default   # without rpr_mt.host.keep_freed_memory (glibc's default)
 
 Regimes (token counts per sentence, target side; source similar):
     multi30k  lengths from the real Multi30k train split when ../shared is present (pieces ~ 1.25 x words),
@@ -25,6 +26,7 @@ import numpy as np
 import torch
 
 from rpr_mt.config import ModelConfig
+from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches
 from rpr_mt.train.trainer import TranslationLoss, _autocast
@@ -105,12 +107,17 @@ def main() -> None:
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="alternating abs/rel measurements; median reported")
     parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
+                        help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
+    if args.malloc == "keep":
+        keep_freed_memory()
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, {args.threads} threads; model d={args.d_model}, {args.layers}+{args.layers} "
           f"layers, {args.heads} heads, ff {args.ff}, vocab {args.vocab}; batches <= {args.max_tokens} tokens a side; "
-          f"{args.updates} timed updates after {args.warmup} warm-up, median of {args.repeats} alternating repeats\n")
+          f"{args.updates} timed updates after {args.warmup} warm-up, median of {args.repeats} alternating repeats; "
+          f"malloc {args.malloc}\n")
     print("| regime | precision | absolute tgt tok/s | relative k=16 tgt tok/s | relative / absolute |")
     print("|---|---|---|---|---|")
     for regime in args.regimes:

@@ -24,6 +24,7 @@ from tqdm import tqdm
 from rpr_mt.config import DecodeConfig
 from rpr_mt.decode.search import Hypothesis, beam_search, greedy_search
 from rpr_mt.errors import UserError
+from rpr_mt.host import keep_freed_memory
 
 logger = logging.getLogger(__name__)
 
@@ -82,6 +83,8 @@ def translate_lines(
     every prefix without the decoder cache (same output, slower: for benchmarks and tests).
     """
     lines = list(lines)
+    if torch.device(device).type == "cpu":
+        keep_freed_memory()  # decoding reallocates the same beams every step; see rpr_mt.host
     if decode.nbest > decode.beam_size:
         raise UserError(f"decode.nbest ({decode.nbest}) must be <= decode.beam_size ({decode.beam_size})")
     limit = model.max_positions - 1  # room for the source's eos

@@ -58,6 +58,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rpr_mt.model.dropout import drop_rate, dropout, keep_mask
 from rpr_mt.model.positions import relative_position_index
 
 __all__ = ["KVCache", "MultiHeadAttention", "causal_mask", "relative_attention"]
@@ -565,7 +566,7 @@ def _content_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dro
             scores = scores.masked_fill(~mask, torch.finfo(scores.dtype).min)
         probs = torch.softmax(scores, dim=-1)
         if dropout_p > 0:
-            probs = F.dropout(probs, dropout_p)
+            probs = dropout(probs, dropout_p, True)
         out = probs @ v
     else:
         out = F.scaled_dot_product_attention(q, k, v, attn_mask=mask, dropout_p=dropout_p)
@@ -665,7 +666,8 @@ def relative_attention(
         mask, dead = _revive_dead_rows(_as_4d(attn_mask.to(q.device)))
     keep = None
     if dropout_p > 0:
-        keep = torch.empty(batch, heads, q_len, k_len, dtype=torch.bool, device=q.device).bernoulli_(1.0 - dropout_p)
+        keep = keep_mask((batch, heads, q_len, k_len), dropout_p, q.device)
+        dropout_p = drop_rate(dropout_p, q.device)  # the rate keep really has, for the 1 / (1 - p) scaling
 
     with torch.autocast(device_type, enabled=False):
         if impl == "gather":

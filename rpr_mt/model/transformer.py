@@ -22,6 +22,7 @@ from torch import Tensor, nn
 
 from rpr_mt.config import ModelConfig
 from rpr_mt.model.attention import KVCache, MultiHeadAttention, causal_mask
+from rpr_mt.model.dropout import dropout
 from rpr_mt.model.positions import sinusoidal_positions
 
 
@@ -55,7 +56,7 @@ class FeedForward(nn.Module):
 
     def forward(self, x: Tensor) -> Tensor:
         x = F.relu(self.fc1(x))
-        x = F.dropout(x, self.activation_dropout, self.training)
+        x = dropout(x, self.activation_dropout, self.training)
         return self.fc2(x)
 
 
@@ -70,8 +71,8 @@ class Sublayer(nn.Module):
 
     def forward(self, x: Tensor, fn) -> Tensor:
         if self.pre_norm:
-            return x + F.dropout(fn(self.norm(x)), self.dropout, self.training)
-        return self.norm(x + F.dropout(fn(x), self.dropout, self.training))
+            return x + dropout(fn(self.norm(x)), self.dropout, self.training)
+        return self.norm(x + dropout(fn(x), self.dropout, self.training))
 
 
 def _self_attention(cfg: ModelConfig) -> MultiHeadAttention:
@@ -168,7 +169,7 @@ class Seq2Seq(nn.Module):
             x = x + self.learned_positions.weight[offset : offset + length]
         elif self.use_absolute:
             x = x + self.sinusoid[offset : offset + length].to(x.dtype)
-        return F.dropout(x, self.cfg.dropout, self.training)
+        return dropout(x, self.cfg.dropout, self.training)
 
     # -- encoder ----------------------------------------------------------------------------------------------------
 

@@ -15,6 +15,7 @@ from rpr_mt.model.attention import (
     place,
     relative_attention,
 )
+from rpr_mt.model.dropout import drop_rate, keep_mask
 from rpr_mt.model.positions import relative_position_index
 
 from .reference import reference_attention
@@ -123,9 +124,9 @@ def test_dropout_matches_reference(impl):
     out = relative_attention(*inputs, clip=clip, attn_mask=mask, dropout_p=p, chunk_bytes=1, **kwargs)
     # relative_attention draws its keep mask first thing from the global generator: replay it.
     torch.manual_seed(123)
-    keep = torch.empty(batch, heads, q_len, k_len, dtype=torch.bool).bernoulli_(1 - p)
+    keep = keep_mask((batch, heads, q_len, k_len), p)
     assert 0 < keep.sum() < keep.numel()
-    expected = grads(reference_attention(*inputs, clip, mask, 0, keep, p), inputs)
+    expected = grads(reference_attention(*inputs, clip, mask, 0, keep, drop_rate(p)), inputs)
     for a, e in zip(grads(out, inputs), expected):
         torch.testing.assert_close(a, e, atol=1e-6, rtol=1e-6)
 
