@@ -5,7 +5,8 @@
 Each config trains into its own train.run_dir (an existing run there is replaced: the budget is only meaningful for
 a fresh run). Training wall clock includes start-up and validation, as the OpenNMT-py numbers it is compared with.
 Prints one markdown table: updates, epochs, target tokens/s, peak memory, dev and test BLEU with the sacreBLEU
-signature, and decoding speed.
+signature, and decoding speed. The checkpoint (last / average of the last ones) and the length penalty are chosen on
+dev (``--which``, ``--length-penalties``); test is decoded once, with the dev-best pair.
 """
 
 from __future__ import annotations
@@ -24,17 +25,24 @@ import torch
 from rpr_mt.config import load_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
 from rpr_mt.train.checkpoint import load_for_inference
 from rpr_mt.train.trainer import train
 
 
-def run_one(config_path: str, overrides: list[str], which: str) -> dict:
+def _decode(model, vocab, sources: list[str], decode) -> tuple[list[str], float]:
+    start = time.perf_counter()
+    hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"))
+    return hypotheses, len(sources) / (time.perf_counter() - start)
+
+
+def run_one(config_path: str, overrides: list[str], candidates: list[str], length_penalties: list[float]) -> dict:
+    """Train one config for its budget; choose checkpoint and length penalty on dev; score test once with them."""
     cfg = load_config(config_path, overrides)
     prepare(cfg.data, progress=False)
     shutil.rmtree(cfg.train.run_dir, ignore_errors=True)
     result = train(cfg, progress=False)
-    model, cfg, vocab, checkpoint = load_for_inference(cfg.train.run_dir, which)
     row = {
         "config": config_path,
         "positions": cfg.model.positions,
@@ -44,20 +52,38 @@ def run_one(config_path: str, overrides: list[str], which: str) -> dict:
         "train_seconds": result.seconds,
         "tgt_tok_s": result.target_tokens / result.seconds,
         "peak_mem_mb": result.peak_memory_mb,
-        "checkpoint": str(checkpoint),
+        "dev_grid": [],
     }
-    decode = dataclasses.replace(cfg.decode, nbest=1)
-    for split in ("dev", "test"):
-        src_path, ref_path = reference_files(cfg.data.output_dir, split)
-        sources = read_lines(src_path)
-        start = time.perf_counter()
-        hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"))
-        seconds = time.perf_counter() - start
-        scores = score(hypotheses, read_lines(ref_path), lang=cfg.data.tgt_lang)
-        row[f"{split}_bleu"] = scores["sacrebleu"]
-        row[f"{split}_bp"] = sacrebleu.corpus_bleu(hypotheses, [read_lines(ref_path)]).bp  # brevity penalty
-        row["signature"] = scores["sacrebleu_signature"]
-        row[f"{split}_sent_s"] = len(sources) / seconds
+    splits = {split: reference_files(cfg.data.output_dir, split) for split in ("dev", "test")}
+    dev_src, dev_ref = (read_lines(path) for path in splits["dev"])
+    best = None
+    for which in candidates:
+        try:
+            model, cfg, vocab, checkpoint = load_for_inference(cfg.train.run_dir, which)
+        except UserError as err:  # e.g. no averaged checkpoint when train.average_last is 0
+            print(f"   skipping checkpoint {which}: {err}", file=sys.stderr, flush=True)
+            continue
+        for alpha in length_penalties:
+            decode = dataclasses.replace(cfg.decode, nbest=1, length_penalty=alpha)
+            hypotheses, sent_s = _decode(model, vocab, dev_src, decode)
+            bleu = score(hypotheses, dev_ref, lang=cfg.data.tgt_lang)["sacrebleu"]
+            row["dev_grid"].append({"checkpoint": which, "length_penalty": alpha, "dev_bleu": bleu})
+            print(f"   dev BLEU {bleu:.2f} with checkpoint {which}, length penalty {alpha}", file=sys.stderr, flush=True)
+            if best is None or bleu > best[0]:
+                best = (bleu, which, alpha, str(checkpoint), hypotheses, sent_s)
+    dev_bleu, which, alpha, checkpoint, dev_hyp, dev_sent_s = best
+    model, cfg, vocab, _ = load_for_inference(cfg.train.run_dir, which)
+    decode = dataclasses.replace(cfg.decode, nbest=1, length_penalty=alpha)
+    test_src, test_ref = (read_lines(path) for path in splits["test"])
+    test_hyp, test_sent_s = _decode(model, vocab, test_src, decode)
+    scores = score(test_hyp, test_ref, lang=cfg.data.tgt_lang)
+    row.update(
+        checkpoint=which, checkpoint_path=checkpoint, length_penalty=alpha, dev_bleu=dev_bleu, dev_sent_s=dev_sent_s,
+        dev_bp=sacrebleu.corpus_bleu(dev_hyp, [dev_ref]).bp, test_bleu=scores["sacrebleu"],
+        test_bp=sacrebleu.corpus_bleu(test_hyp, [test_ref]).bp, test_sent_s=test_sent_s,
+        signature=scores["sacrebleu_signature"],
+    )
+    for split, hypotheses in (("dev", dev_hyp), ("test", test_hyp)):
         Path(cfg.train.run_dir, f"{split}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
     return row
 
@@ -66,23 +92,27 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for all")
-    parser.add_argument("--which", default="last", help="checkpoint to score: last, best or average")
+    parser.add_argument("--which", nargs="+", default=["last", "average"],
+                        help="checkpoints to try on dev (last, best, average); test is scored with the dev-best")
+    parser.add_argument("--length-penalties", nargs="+", type=float, default=[0.6, 1.0],
+                        help="GNMT length penalties alpha to try on dev")
     parser.add_argument("--json", dest="json_path", help="also write the rows as JSON here")
     args = parser.parse_args()
     rows = []
     for config_path in args.configs:
         print(f"== {config_path}", file=sys.stderr, flush=True)
-        rows.append(run_one(config_path, args.overrides, args.which))
+        rows.append(run_one(config_path, args.overrides, args.which, args.length_penalties))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
-    print("| config | positions | precision | updates | epochs | train s | tgt tok/s | peak MB | dev BLEU | test BLEU "
-          "| test BP | decode sent/s (test) |")
-    print("|---|---|---|---|---|---|---|---|---|---|---|---|")
+    print("| config | positions | precision | updates | epochs | train s | tgt tok/s | peak MB | checkpoint, alpha "
+          "(dev-chosen) | dev BLEU | test BLEU | test BP | decode sent/s (test) |")
+    print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
     for r in rows:
-        bp = f"{r['test_bp']:.3f}"
         print(f"| {Path(r['config']).name} | {r['positions']} | {r['precision']} | {r['updates']:,} | {r['epochs']} "
-              f"| {r['train_seconds']:.0f} | {r['tgt_tok_s']:,.0f} | {r['peak_mem_mb']:,.0f} | {r['dev_bleu']:.1f} "
-              f"| {r['test_bleu']:.1f} | {bp} | {r['test_sent_s']:.1f} |")
-    print(f"\nsacreBLEU signature: {rows[0]['signature']}; scored checkpoint: {args.which}")
+              f"| {r['train_seconds']:.0f} | {r['tgt_tok_s']:,.0f} | {r['peak_mem_mb']:,.0f} "
+              f"| {r['checkpoint']}, {r['length_penalty']} | {r['dev_bleu']:.1f} | {r['test_bleu']:.1f} "
+              f"| {r['test_bp']:.3f} | {r['test_sent_s']:.1f} |")
+    print(f"\nsacreBLEU signature: {rows[0]['signature']}; checkpoint and length penalty chosen on dev among "
+          f"{args.which} x {args.length_penalties}; beam size from each config's decode section")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2), encoding="utf-8")
 
