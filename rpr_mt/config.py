@@ -90,12 +90,12 @@ class TrainConfig:
     max_steps: Optional[int] = 100000  # stop after this many updates
     max_epochs: Optional[int] = None  # stop after this many epochs
     max_time: Optional[float] = None  # stop after this many seconds of training (wall clock)
-    lr_schedule: Literal["noam", "inverse_sqrt", "budget"] = "noam"  # learning-rate schedule
+    lr_schedule: Literal["noam", "inverse_sqrt", "budget", "cosine"] = "noam"  # learning-rate schedule
     lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
-    peak_lr: float = 7e-4  # inverse_sqrt and budget: the learning rate at the end of warm-up
+    peak_lr: float = 7e-4  # inverse_sqrt, budget, cosine: the learning rate at the end of warm-up
     warmup_steps: int = 4000  # warm-up updates (budget: fraction of max_time given by warmup_fraction)
-    warmup_fraction: float = 0.1  # budget: share of the time budget spent warming up
-    final_lr_fraction: float = 0.0  # budget: lr at the end of the budget as a fraction of peak_lr
+    warmup_fraction: float = 0.1  # budget / cosine: share of max_time / max_steps spent warming up
+    final_lr_fraction: float = 0.0  # budget / cosine: lr at the end as a fraction of peak_lr
     adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam beta1, beta2
     adam_eps: float = 1e-9  # Adam epsilon
     weight_decay: float = 0.0  # decoupled weight decay (AdamW); the paper uses none
@@ -177,6 +177,7 @@ class Config:
         _require(t.warmup_steps >= 1, "train.warmup_steps must be >= 1")
         _require(0.0 <= t.warmup_fraction < 1.0, "train.warmup_fraction must be in [0, 1)")
         _require(t.lr_schedule != "budget" or t.max_time is not None, "train.lr_schedule 'budget' needs train.max_time")
+        _require(t.lr_schedule != "cosine" or t.max_steps is not None, "train.lr_schedule 'cosine' needs train.max_steps")
         _require(t.lr_scale > 0 and t.peak_lr > 0, "train.lr_scale and train.peak_lr must be positive")
         _require(all(0.0 <= b < 1.0 for b in t.adam_betas), "train.adam_betas must be in [0, 1)")
         _require(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")

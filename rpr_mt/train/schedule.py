@@ -20,11 +20,13 @@ def inverse_sqrt_lr(step: int, peak_lr: float, warmup: int) -> float:
 
 
 def budget_lr(progress: float, peak_lr: float, warmup_fraction: float, final_fraction: float) -> float:
-    """A schedule that knows the time budget: ``progress`` = elapsed / max_time in [0, 1].
+    """A schedule that knows its budget: ``progress`` = elapsed / max_time (``budget``) or step / max_steps
+    (``cosine``), in [0, 1].
 
     Linear warm-up over the first ``warmup_fraction`` of the budget, then cosine decay to
     ``final_fraction * peak_lr`` exactly when the budget ends, so a fixed-time run finishes annealed rather than
-    mid-warm-up (the failure mode of a step-based schedule cut short by a clock).
+    mid-warm-up (the failure mode of a step-based schedule cut short by a clock). The step-based form gives the same
+    shape with results that do not depend on the machine's speed, for sweeps.
     """
     progress = min(max(progress, 0.0), 1.0)
     if warmup_fraction > 0 and progress < warmup_fraction:
@@ -40,4 +42,7 @@ def learning_rate(cfg: TrainConfig, d_model: int, step: int, progress: float = 0
         return noam_lr(step, d_model, cfg.warmup_steps, cfg.lr_scale)
     if cfg.lr_schedule == "inverse_sqrt":
         return inverse_sqrt_lr(step, cfg.peak_lr, cfg.warmup_steps)
+    if cfg.lr_schedule == "cosine":
+        assert cfg.max_steps is not None  # validated on load
+        return budget_lr((step - 1) / cfg.max_steps, cfg.peak_lr, cfg.warmup_fraction, cfg.final_lr_fraction)
     return budget_lr(progress, cfg.peak_lr, cfg.warmup_fraction, cfg.final_lr_fraction)

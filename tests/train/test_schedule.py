@@ -36,3 +36,19 @@ def test_learning_rate_dispatch():
     assert learning_rate(cfg, 512, step=7, progress=0.1) == pytest.approx(5e-4)
     cfg = TrainConfig(lr_schedule="noam", warmup_steps=4000)
     assert math.isclose(learning_rate(cfg, 512, 4000), noam_lr(4000, 512, 4000))
+
+
+def test_cosine_is_the_budget_shape_over_max_steps():
+    cfg = TrainConfig(lr_schedule="cosine", max_steps=100, peak_lr=1e-3, warmup_fraction=0.1)
+    assert learning_rate(cfg, 512, step=6, progress=0.9) == pytest.approx(5e-4)  # progress (time) is ignored
+    assert learning_rate(cfg, 512, step=11) == pytest.approx(1e-3)
+    assert learning_rate(cfg, 512, step=56) == pytest.approx(5e-4)
+    assert learning_rate(cfg, 512, step=101) == pytest.approx(0.0)
+
+
+def test_cosine_needs_max_steps():
+    from rpr_mt.config import config_from_dict
+    from rpr_mt.errors import UserError
+
+    with pytest.raises(UserError, match="'cosine' needs train.max_steps"):
+        config_from_dict({"train": {"lr_schedule": "cosine", "max_steps": None, "max_time": 60}})

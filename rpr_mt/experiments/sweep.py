@@ -1,0 +1,272 @@
+"""Sweeps that reproduce Shaw et al. (2018), Tables 1-3, from one base config.
+
+Each table is a list of cells; a cell is a set of config overrides applied to the base config:
+
+    positions   Table 1: absolute vs relative position representations
+    clip        Table 2: the clipping distance k in {0, 1, 2, 4, 16, 64, 256}
+    key_value   Table 3: the relative terms aV and aK, each on or off (neither = no position information)
+
+A *run* is one (resolved config, seed). Cells that resolve to the same config share one run: the base config's own
+relative model is Table 1's "relative" row, Table 2's row for its k and Table 3's aV+aK row. Every run trains in its
+own directory ``<root>/<run name>/seed<N>``, named by the overrides that differ from the base config ("base" when
+none do), then decodes dev and test with the config's decode settings and writes ``result.json``.
+
+Resumable: a run whose ``result.json`` matches its config is skipped; an interrupted run resumes from its latest
+checkpoint (``rpr_mt.train.trainer.train`` does that for a run directory holding the same config); a run killed
+after training but before decoding is only decoded. ``<root>/plan.json`` lists every run with the table cells it
+stands for; ``rpr_mt.experiments.tables`` reads it with the results. Runs are independent, so a cluster can run one
+per job (``--list`` prints the commands).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+import os
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable, Iterable
+
+from rpr_mt.config import Config, config_to_dict, load_config
+from rpr_mt.errors import UserError
+
+TABLE_NAMES = ("positions", "clip", "key_value")
+CLIPS = (0, 1, 2, 4, 16, 64, 256)  # Shaw et al., Table 2
+
+
+@dataclass(frozen=True)
+class Cell:
+    table: str  # one of TABLE_NAMES
+    label: str  # the row as the paper labels it
+    overrides: tuple[str, ...]  # "section.key=value"
+
+
+def table_cells(table: str) -> list[Cell]:
+    """The cells of one of the paper's tables, in the paper's row order."""
+    if table == "positions":
+        return [
+            Cell(table, "absolute", ("model.positions=absolute",)),
+            Cell(table, "relative", ("model.positions=relative",)),
+        ]
+    if table == "clip":
+        return [Cell(table, f"k={k}", ("model.positions=relative", f"model.clip={k}")) for k in CLIPS]
+    if table == "key_value":
+        relative = "model.positions=relative"
+        return [
+            Cell(table, "aV+aK", (relative, "model.use_value=true", "model.use_key=true")),
+            Cell(table, "aK only", (relative, "model.use_value=false", "model.use_key=true")),
+            Cell(table, "aV only", (relative, "model.use_value=true", "model.use_key=false")),
+            # Both terms off leaves no position information at all: the paper's 12.5 BLEU row.
+            Cell(table, "neither", ("model.positions=none",)),
+        ]
+    raise UserError(f"unknown table {table!r}; choose from {', '.join(TABLE_NAMES)}")
+
+
+@dataclass
+class Run:
+    name: str  # directory under the sweep root, without the seed
+    seed: int
+    overrides: list[str]  # applied after the sweep-wide overrides
+    cells: list[tuple[str, str]]  # (table, label) this run stands for
+
+    @property
+    def directory(self) -> str:
+        return f"{self.name}/seed{self.seed}"
+
+
+def _comparable(cfg: Config) -> dict[str, Any]:
+    """The config with what does not change the experiment (run directory, logging cadence) left out."""
+    raw = config_to_dict(cfg)
+    train = dict(raw["train"])
+    for key in ("run_dir", "log_every", "num_threads", "device"):
+        train.pop(key, None)
+    raw["train"] = train
+    return raw
+
+
+def config_fingerprint(cfg: Config) -> str:
+    return hashlib.sha256(json.dumps(_comparable(cfg), sort_keys=True).encode()).hexdigest()[:16]
+
+
+def _differences(base: dict[str, Any], other: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
+    out: list[tuple[str, Any]] = []
+    for key, value in other.items():
+        if isinstance(value, dict):
+            out += _differences(base.get(key, {}), value, f"{prefix}{key}.")
+        elif base.get(key) != value:
+            out.append((f"{prefix}{key}", value))
+    return out
+
+
+def _run_name(differences: list[tuple[str, Any]]) -> str:
+    if not differences:
+        return "base"
+    parts = []
+    for key, value in differences:
+        text = str(value).lower() if isinstance(value, bool) else str(value)
+        parts.append(f"{key.split('.')[-1]}={text}")
+    return "+".join(parts)
+
+
+def plan_runs(config_path: str | Path, tables: Iterable[str], seeds: Iterable[int], overrides: list[str]) -> list[Run]:
+    """One run per distinct (resolved config, seed), each listing the table cells it stands for."""
+    base = _comparable(load_config(config_path, overrides))
+    by_key: dict[tuple[str, int], Run] = {}
+    for table in tables:
+        for cell in table_cells(table):
+            cfg = load_config(config_path, [*overrides, *cell.overrides])
+            differences = _differences(base, _comparable(cfg))
+            run_overrides = [f"{key}={_yaml_value(value)}" for key, value in differences]
+            for seed in seeds:
+                key = (config_fingerprint(cfg), seed)
+                run = by_key.setdefault(key, Run(_run_name(differences), seed, run_overrides, []))
+                run.cells.append((cell.table, cell.label))
+    return list(by_key.values())
+
+
+def _yaml_value(value: Any) -> str:
+    return str(value).lower() if isinstance(value, bool) else str(value)
+
+
+def run_config(config_path: str | Path, overrides: list[str], run: Run, root: str | Path) -> Config:
+    return load_config(
+        config_path,
+        [*overrides, *run.overrides, f"train.seed={run.seed}", f"train.run_dir={Path(root) / run.directory}"],
+    )
+
+
+def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
+    """Merge ``runs`` into ``<root>/plan.json`` (a later sweep over other tables or seeds adds to it)."""
+    path = Path(root) / "plan.json"
+    plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"runs": {}}
+    if plan.get("config", str(config_path)) != str(config_path) or plan.get("overrides", overrides) != overrides:
+        raise UserError(
+            f"{path} belongs to a sweep of {plan.get('config')} with overrides {plan.get('overrides')}; "
+            "use another --root for a different base config"
+        )
+    plan["config"], plan["overrides"] = str(config_path), overrides
+    for run in runs:
+        entry = plan["runs"].setdefault(run.directory, {"seed": run.seed, "overrides": run.overrides, "cells": []})
+        for cell in run.cells:
+            if list(cell) not in entry["cells"]:
+                entry["cells"].append(list(cell))
+    _write_json(path, plan)
+
+
+def _write_json(path: Path, value: Any) -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    os.replace(tmp, path)
+
+
+def is_finished(cfg: Config) -> bool:
+    path = Path(cfg.train.run_dir) / "result.json"
+    if not path.is_file():
+        return False
+    try:
+        return json.loads(path.read_text(encoding="utf-8")).get("fingerprint") == config_fingerprint(cfg)
+    except json.JSONDecodeError:
+        return False
+
+
+def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | None:
+    """Train (or resume) one run, then decode dev and test; returns the result, or None if a signal stopped it."""
+    # Deferred imports: planning and --list need no torch.
+    import torch
+
+    from rpr_mt.data.prepare import prepare, reference_files
+    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.evaluate import score
+    from rpr_mt.train.checkpoint import load_for_inference
+    from rpr_mt.train.trainer import train
+
+    run_dir = Path(cfg.train.run_dir)
+    prepare(cfg.data, progress=False)
+    result = train(cfg, progress=False)
+    _append_invocation(run_dir, result)
+    if result.stopped_by == "signal":
+        return None
+    which = "average" if cfg.train.average_last > 1 else "last"
+    model, _, vocab, checkpoint = load_for_inference(run_dir, which)
+    decode = dataclasses.replace(cfg.decode, nbest=1)
+    record: dict[str, Any] = {
+        "run": run.directory,
+        "seed": run.seed,
+        "overrides": run.overrides,
+        "cells": run.cells,
+        "fingerprint": config_fingerprint(cfg),
+        "model": config_to_dict(cfg)["model"],
+        "parameters": result.parameters,
+        "updates": result.step,
+        "completed_epochs": result.epoch,
+        "stopped_by": result.stopped_by,
+        "checkpoint": which,
+        "checkpoint_file": checkpoint.name,
+        "beam_size": decode.beam_size,
+        "length_penalty": decode.length_penalty,
+        **_training_totals(run_dir),
+    }
+    for split in ("dev", "test"):
+        src_path, ref_path = reference_files(cfg.data.output_dir, split)
+        log(f"{run.directory}: decoding {split} ({which} checkpoint, beam {decode.beam_size})")
+        hypotheses = translate_lines(model, vocab, read_lines(src_path), decode=decode, device=torch.device("cpu"))
+        (run_dir / f"{split}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        scores = score(hypotheses, read_lines(ref_path), lang=cfg.data.tgt_lang)
+        record[f"{split}_bleu"] = scores["sacrebleu"]
+        record[f"{split}_chrf"] = scores["chrf"]
+        record["signature"] = scores["sacrebleu_signature"]
+    _write_json(run_dir / "result.json", record)
+    return record
+
+
+def _append_invocation(run_dir: Path, result: Any) -> None:
+    """Each train() call's wall clock and tokens, so that a resumed run's totals count every invocation."""
+    with open(run_dir / "invocations.jsonl", "a", encoding="utf-8") as handle:
+        handle.write(json.dumps({"seconds": result.seconds, "target_tokens": result.target_tokens,
+                                 "stopped_by": result.stopped_by, "step": result.step}) + "\n")
+
+
+def _training_totals(run_dir: Path) -> dict[str, float]:
+    seconds = tokens = 0.0
+    for line in (run_dir / "invocations.jsonl").read_text(encoding="utf-8").splitlines():
+        entry = json.loads(line)
+        seconds += entry["seconds"]
+        tokens += entry["target_tokens"]
+    return {"train_seconds": seconds, "tgt_tok_s": tokens / seconds if seconds > 0 else 0.0}
+
+
+def run_sweep(
+    config_path: str | Path,
+    root: str | Path,
+    tables: Iterable[str],
+    seeds: Iterable[int],
+    overrides: list[str] | None = None,
+    only: Iterable[str] | None = None,
+    log: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
+) -> str:
+    """Run every planned run not yet finished, in order; returns "done" or "signal" (stopped; re-run to resume)."""
+    overrides = list(overrides or [])
+    runs = plan_runs(config_path, tables, seeds, overrides)
+    write_plan(root, config_path, overrides, runs)
+    wanted = set(only or [])
+    unknown = wanted - {run.directory for run in runs}
+    if unknown:
+        raise UserError(f"--only {sorted(unknown)[0]!r} is not a run of this sweep (see --list)")
+    for index, run in enumerate(runs, 1):
+        if wanted and run.directory not in wanted:
+            continue
+        cfg = run_config(config_path, overrides, run, root)
+        cells = ", ".join(f"{table} {label}" for table, label in run.cells)
+        if is_finished(cfg):
+            log(f"[{index}/{len(runs)}] {run.directory}: finished, skipped ({cells})")
+            continue
+        log(f"[{index}/{len(runs)}] {run.directory}: training ({cells})")
+        record = execute_run(cfg, run, log)
+        if record is None:
+            log(f"{run.directory}: stopped by a signal; run the same command again to resume")
+            return "signal"
+        log(f"[{index}/{len(runs)}] {run.directory}: dev BLEU {record['dev_bleu']:.2f}, test BLEU {record['test_bleu']:.2f}")
+    return "done"

@@ -1,0 +1,198 @@
+"""Read a sweep's run directories and write tables shaped like Shaw et al. (2018), Tables 1-3, and plots.
+
+Numbers are mean ± sample standard deviation over the seeds that have finished (``result.json``); the seed count is
+printed with each row, so a half-finished sweep is visible as such. The paper's own numbers (WMT14, base model) are
+printed beside ours for orientation only: our runs are small models on Multi30k, so only the direction and rough size
+of each difference can be compared, not the values.
+"""
+
+from __future__ import annotations
+
+import json
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from rpr_mt.errors import UserError
+from rpr_mt.experiments.sweep import TABLE_NAMES, table_cells
+
+# Shaw et al. (2018). Table 1: newstest2014 BLEU of the base model, En-De / En-Fr. Tables 2 and 3: newstest2013
+# (dev) BLEU of the En-De base model.
+PAPER = {
+    ("positions", "absolute"): "26.5 / 38.2",
+    ("positions", "relative"): "26.8 / 38.7",
+    **{("clip", f"k={k}"): bleu for k, bleu in [(0, "12.5"), (1, "25.5"), (2, "25.8"), (4, "25.9"), (16, "25.8"),
+                                                 (64, "25.9"), (256, "25.8")]},
+    ("key_value", "aV+aK"): "25.8",
+    ("key_value", "aK only"): "25.8",
+    ("key_value", "aV only"): "25.3",
+    ("key_value", "neither"): "12.5",
+}
+PAPER_COLUMN = {
+    "positions": "paper: WMT14 test, En-De / En-Fr",
+    "clip": "paper: En-De dev",
+    "key_value": "paper: En-De dev",
+}
+TITLES = {
+    "positions": "Table 1: absolute vs relative position representations",
+    "clip": "Table 2: clipping distance k",
+    "key_value": "Table 3: relative terms in the keys (aK) and values (aV)",
+}
+
+
+@dataclass
+class CellResults:
+    table: str
+    label: str
+    runs: list[str] = field(default_factory=list)  # planned run directories
+    results: list[dict[str, Any]] = field(default_factory=list)  # finished ones
+
+
+@dataclass
+class SweepResults:
+    root: Path
+    config: str
+    overrides: list[str]
+    cells: dict[tuple[str, str], CellResults]
+    results: dict[str, dict[str, Any]]  # run directory -> result.json
+
+    def signatures(self) -> list[str]:
+        return sorted({r["signature"] for r in self.results.values() if "signature" in r})
+
+
+def load_sweep(root: str | Path) -> SweepResults:
+    root = Path(root)
+    plan_path = root / "plan.json"
+    if not plan_path.is_file():
+        raise UserError(f"{plan_path} not found: is {root} a sweep root (made by scripts/sweep.py)?")
+    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    results: dict[str, dict[str, Any]] = {}
+    cells: dict[tuple[str, str], CellResults] = {}
+    for run_dir, entry in plan["runs"].items():
+        result_path = root / run_dir / "result.json"
+        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else None
+        if result is not None:
+            results[run_dir] = result
+        for table, label in entry["cells"]:
+            cell = cells.setdefault((table, label), CellResults(table, label))
+            cell.runs.append(run_dir)
+            if result is not None:
+                cell.results.append(result)
+    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, results)
+
+
+def mean_std(values: list[float], digits: int = 2) -> str:
+    if not values:
+        return "–"
+    if len(values) == 1:
+        return f"{values[0]:.{digits}f}"
+    return f"{statistics.mean(values):.{digits}f} ± {statistics.stdev(values):.{digits}f}"
+
+
+def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
+    lines = [f"# {title}" if title else f"# Sweep {sweep.root}", ""]
+    lines.append(f"Base config `{sweep.config}`" + (f" with `{' '.join(sweep.overrides)}`" if sweep.overrides else "")
+                 + f"; {len(sweep.results)} of {sum(1 for _ in _planned(sweep))} runs finished.")
+    lines.append("")
+    for table in TABLE_NAMES:
+        rows = [sweep.cells[(c.table, c.label)] for c in table_cells(table) if (c.table, c.label) in sweep.cells]
+        if not rows:
+            continue
+        lines += [f"## {TITLES[table]}", ""]
+        lines.append(f"| {'row'} | seeds | dev BLEU | test BLEU | dev chrF | updates | train min | tgt tok/s "
+                     f"| {PAPER_COLUMN[table]} |")
+        lines.append("|---|---|---|---|---|---|---|---|---|")
+        for cell in rows:
+            res = cell.results
+            lines.append(
+                f"| {cell.label} | {len(res)}/{len(cell.runs)} "
+                f"| {mean_std([r['dev_bleu'] for r in res])} | {mean_std([r['test_bleu'] for r in res])} "
+                f"| {mean_std([r['dev_chrf'] for r in res], 1)} "
+                f"| {mean_std([r['updates'] for r in res], 0)} "
+                f"| {mean_std([r['train_seconds'] / 60 for r in res], 1)} "
+                f"| {mean_std([r['tgt_tok_s'] for r in res], 0)} | {PAPER.get((cell.table, cell.label), '')} |"
+            )
+        lines.append("")
+    signatures = sweep.signatures()
+    if signatures:
+        lines.append("sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures))
+        decoding = sorted({(r["checkpoint"], r["beam_size"], r["length_penalty"]) for r in sweep.results.values()})
+        lines.append("Decoding: " + "; ".join(f"{c} checkpoint, beam {b}, length penalty {a}" for c, b, a in decoding))
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _planned(sweep: SweepResults):
+    seen = set()
+    for cell in sweep.cells.values():
+        for run in cell.runs:
+            if run not in seen:
+                seen.add(run)
+                yield run
+
+
+def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
+    path = run_dir / "metrics.jsonl"
+    if not path.is_file():
+        return []
+    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+
+
+def plot(sweep: SweepResults, out_dir: str | Path, prefix: str = "") -> list[Path]:
+    """BLEU vs k (if the clip table has results) and dev BLEU / dev loss vs update per run, as PNG files."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:
+        raise UserError("plots need matplotlib: pip install 'rpr-mt[plots]'") from exc
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    written: list[Path] = []
+
+    clip_cells = [sweep.cells.get(("clip", c.label)) for c in table_cells("clip")]
+    clip_cells = [c for c in clip_cells if c is not None and c.results]
+    if clip_cells:
+        fig, ax = plt.subplots(figsize=(6, 4))
+        x = list(range(len(clip_cells)))
+        for split, marker in (("dev", "o"), ("test", "s")):
+            values = [[r[f"{split}_bleu"] for r in c.results] for c in clip_cells]
+            means = [statistics.mean(v) for v in values]
+            errors = [statistics.stdev(v) if len(v) > 1 else 0.0 for v in values]
+            ax.errorbar(x, means, yerr=errors, marker=marker, capsize=3, label=f"{split} BLEU")
+        ax.set_xticks(x, [c.label.removeprefix("k=") for c in clip_cells])
+        ax.set_xlabel("clipping distance k")
+        ax.set_ylabel("sacreBLEU")
+        ax.set_title("BLEU vs k (mean ± std over seeds)")
+        ax.grid(alpha=0.3)
+        ax.legend()
+        path = out_dir / f"{prefix}bleu_vs_k.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+
+    curves = {run: [m for m in read_metrics(sweep.root / run) if "dev_nll" in m] for run in _planned(sweep)}
+    curves = {run: points for run, points in curves.items() if points}
+    if curves:
+        fig, (ax_bleu, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
+        for run, points in sorted(curves.items()):
+            steps = [p["step"] for p in points]
+            ax_loss.plot(steps, [p["dev_nll"] for p in points], label=run, linewidth=1)
+            with_bleu = [p for p in points if p.get("dev_bleu") is not None]
+            if with_bleu:
+                ax_bleu.plot([p["step"] for p in with_bleu], [p["dev_bleu"] for p in with_bleu], label=run,
+                             linewidth=1)
+        ax_bleu.set(xlabel="update", ylabel="dev BLEU (validation decode)", title="dev BLEU during training")
+        ax_loss.set(xlabel="update", ylabel="dev NLL per token", title="dev loss during training")
+        for ax in (ax_bleu, ax_loss):
+            ax.grid(alpha=0.3)
+        ax_loss.legend(fontsize=6, ncol=2)
+        path = out_dir / f"{prefix}curves.png"
+        fig.tight_layout()
+        fig.savefig(path, dpi=120)
+        plt.close(fig)
+        written.append(path)
+    return written

@@ -1,0 +1,52 @@
+"""Run Shaw et al. (2018) Tables 1-3 as a sweep over one base config (see rpr_mt/experiments/sweep.py).
+
+    # Table 2 (k) and Table 3 (aK/aV cells), two seeds, sequentially; re-run the same command to resume
+    python scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de \\
+        --tables positions clip key_value --seeds 1 2
+    # one command per run, for a cluster (each job runs one run directory)
+    python scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de --seeds 1 2 --list
+    # then the tables and plots
+    python scripts/aggregate.py runs/sweep_multi30k_en_de --plots docs/img
+"""
+
+from __future__ import annotations
+
+import argparse
+import shlex
+import sys
+
+from rpr_mt.errors import UserError
+from rpr_mt.experiments.sweep import TABLE_NAMES, plan_runs, run_config, run_sweep, is_finished
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", help="base config (its own model is the relative row of every table)")
+    parser.add_argument("--root", required=True, help="sweep directory: one sub-directory per run")
+    parser.add_argument("--tables", nargs="+", default=list(TABLE_NAMES), choices=TABLE_NAMES)
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="section.key=value applied to every run (before the table's own overrides)")
+    parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
+    parser.add_argument("--list", action="store_true", help="print one command per run and its state; run nothing")
+    args = parser.parse_args(argv)
+    try:
+        if args.list:
+            for run in plan_runs(args.config, args.tables, args.seeds, args.overrides):
+                done = is_finished(run_config(args.config, args.overrides, run, args.root))
+                command = ["python", "scripts/sweep.py", args.config, "--root", args.root, "--tables", *args.tables,
+                           "--seeds", *map(str, args.seeds), *(f"--set={o}" for o in args.overrides),
+                           "--only", run.directory]
+                cells = ", ".join(f"{t} {label}" for t, label in run.cells)
+                print(f"# {run.directory}: {'finished' if done else 'to do'} ({cells})")
+                print(shlex.join(command))
+            return 0
+        status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 130 if status == "signal" else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,74 @@
+"""The aggregator: table numbers equal the runs' own results; plots are written."""
+
+from __future__ import annotations
+
+import json
+import statistics
+from pathlib import Path
+
+import pytest
+
+from rpr_mt.errors import UserError
+from rpr_mt.experiments.tables import load_sweep, mean_std, plot, render_markdown
+
+
+def _result(run: str, seed: int, dev: float, test: float, **extra) -> dict:
+    return {"run": run, "seed": seed, "dev_bleu": dev, "test_bleu": test, "dev_chrf": 50.0 + dev, "updates": 100,
+            "train_seconds": 600.0, "tgt_tok_s": 2000.0, "signature": "nrefs:1|case:mixed|eff:no|tok:13a",
+            "checkpoint": "average", "beam_size": 4, "length_penalty": 0.6, **extra}
+
+
+def _write_sweep(root: Path, runs: dict[str, tuple[list[list[str]], dict | None]]) -> None:
+    plan = {"config": "configs/x.yaml", "overrides": [], "runs": {}}
+    for directory, (cells, result) in runs.items():
+        plan["runs"][directory] = {"seed": int(directory[-1]), "overrides": [], "cells": cells}
+        (root / directory).mkdir(parents=True)
+        if result is not None:
+            (root / directory / "result.json").write_text(json.dumps(result))
+    (root / "plan.json").write_text(json.dumps(plan))
+
+
+def test_mean_std():
+    assert mean_std([]) == "–"
+    assert mean_std([25.0]) == "25.00"
+    assert mean_std([24.0, 26.0]) == f"25.00 ± {statistics.stdev([24.0, 26.0]):.2f}"
+
+
+def test_tables_show_mean_and_std_over_seeds_and_pending_runs(tmp_path):
+    base = [["positions", "relative"], ["clip", "k=16"], ["key_value", "aV+aK"]]
+    _write_sweep(tmp_path, {
+        "base/seed1": (base, _result("base/seed1", 1, 30.0, 31.0)),
+        "base/seed2": (base, _result("base/seed2", 2, 32.0, 33.5)),
+        "positions=absolute/seed1": ([["positions", "absolute"]], _result("positions=absolute/seed1", 1, 27.0, 28.0)),
+        "positions=absolute/seed2": ([["positions", "absolute"]], None),  # not finished yet
+        "clip=0/seed1": ([["clip", "k=0"]], _result("clip=0/seed1", 1, 10.0, 11.0)),
+    })
+    text = render_markdown(load_sweep(tmp_path), "Multi30k")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    relative_dev = mean_std([30.0, 32.0])
+    assert f"| relative | 2/2 | {relative_dev} | {mean_std([31.0, 33.5])} |" in text
+    assert rows["absolute"].startswith("| absolute | 1/2 | 27.00 | 28.00 |")
+    assert rows["k=0"].startswith("| k=0 | 1/1 | 10.00 | 11.00 |") and rows["k=0"].endswith("| 12.5 |")
+    assert rows["k=16"].startswith(f"| k=16 | 2/2 | {relative_dev} |")
+    assert "4 of 5 runs finished" in text
+    assert "Table 3" in text and "aV+aK" in text and "aK only" not in text  # only planned cells are listed
+    assert "nrefs:1|case:mixed|eff:no|tok:13a" in text
+
+
+def test_plots_are_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    _write_sweep(tmp_path, {
+        "clip=0/seed1": ([["clip", "k=0"]], _result("clip=0/seed1", 1, 10.0, 11.0)),
+        "base/seed1": ([["clip", "k=16"]], _result("base/seed1", 1, 30.0, 31.0)),
+    })
+    (tmp_path / "base/seed1" / "metrics.jsonl").write_text(
+        "\n".join(json.dumps(m) for m in [{"step": 10, "loss": 5.0}, {"step": 20, "dev_nll": 3.0, "dev_bleu": 12.0},
+                                          {"step": 40, "dev_nll": 2.5, "dev_bleu": 20.0}]))
+    written = plot(load_sweep(tmp_path), tmp_path / "img", prefix="m30k_")
+    assert [p.name for p in written] == ["m30k_bleu_vs_k.png", "m30k_curves.png"]
+    assert all(p.read_bytes().startswith(b"\x89PNG") for p in written)
+
+
+def test_missing_plan_is_a_clear_error(tmp_path):
+    with pytest.raises(UserError, match="plan.json not found"):
+        load_sweep(tmp_path)
