@@ -72,7 +72,7 @@ def lengths(regime: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, 
 def measure(positions: str, precision: str, data: SyntheticIds, args) -> float:
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=args.d_model, n_heads=args.heads, encoder_layers=args.layers, decoder_layers=args.layers,
-                      ff_dim=args.ff, dropout=0.1, positions=positions, clip=16, max_positions=256)
+                      ff_dim=args.ff, dropout=0.1, attention_dropout=args.attention_dropout, positions=positions, clip=16, max_positions=256)
     model = Seq2Seq(cfg, args.vocab)
     module = TranslationLoss(model, 0.1).train()
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
@@ -103,6 +103,7 @@ def main() -> None:
     parser.add_argument("--ff", type=int, default=1024)
     parser.add_argument("--vocab", type=int, default=8000)
     parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--attention-dropout", type=float, default=0.1, help="0.1 as in the OpenNMT-py peer setup")
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="alternating abs/rel measurements; median reported")
@@ -115,7 +116,7 @@ def main() -> None:
         keep_freed_memory()
     rng = np.random.default_rng(0)
     print(f"torch {torch.__version__}, {args.threads} threads; model d={args.d_model}, {args.layers}+{args.layers} "
-          f"layers, {args.heads} heads, ff {args.ff}, vocab {args.vocab}; batches <= {args.max_tokens} tokens a side; "
+          f"layers, {args.heads} heads, ff {args.ff}, vocab {args.vocab}, attention dropout {args.attention_dropout}; batches <= {args.max_tokens} tokens a side; "
           f"{args.updates} timed updates after {args.warmup} warm-up, median of {args.repeats} alternating repeats; "
           f"malloc {args.malloc}\n")
     print("| regime | precision | absolute tgt tok/s | relative k=16 tgt tok/s | relative / absolute |")
