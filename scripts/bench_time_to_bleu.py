@@ -94,7 +94,7 @@ def main() -> None:
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for all")
     parser.add_argument("--which", nargs="+", default=["last", "average"],
                         help="checkpoints to try on dev (last, best, average); test is scored with the dev-best")
-    parser.add_argument("--length-penalties", nargs="+", type=float, default=[0.6, 1.0],
+    parser.add_argument("--length-penalties", nargs="+", type=float, default=[0.6, 1.0, 1.5, 2.0, 2.5, 3.0],
                         help="GNMT length penalties alpha to try on dev")
     parser.add_argument("--json", dest="json_path", help="also write the rows as JSON here")
     args = parser.parse_args()
