@@ -113,16 +113,17 @@ def _run_name(differences: list[tuple[str, Any]]) -> str:
 def plan_runs(config_path: str | Path, tables: Iterable[str], seeds: Iterable[int], overrides: list[str]) -> list[Run]:
     """One run per distinct (resolved config, seed), each listing the table cells it stands for."""
     base = _comparable(load_config(config_path, overrides))
-    by_key: dict[tuple[str, int], Run] = {}
+    resolved = []
     for table in tables:
         for cell in table_cells(table):
             cfg = load_config(config_path, [*overrides, *cell.overrides])
-            differences = _differences(base, _comparable(cfg))
+            resolved.append((cell, cfg, _differences(base, _comparable(cfg))))
+    by_key: dict[tuple[str, int], Run] = {}
+    for seed in seeds:  # seed-major: every cell has one seed before any has two, so tables fill in early
+        for cell, cfg, differences in resolved:
             run_overrides = [f"{key}={_yaml_value(value)}" for key, value in differences]
-            for seed in seeds:
-                key = (config_fingerprint(cfg), seed)
-                run = by_key.setdefault(key, Run(_run_name(differences), seed, run_overrides, []))
-                run.cells.append((cell.table, cell.label))
+            run = by_key.setdefault((config_fingerprint(cfg), seed), Run(_run_name(differences), seed, run_overrides, []))
+            run.cells.append((cell.table, cell.label))
     return list(by_key.values())
 
 

@@ -34,6 +34,7 @@ PAPER_COLUMN = {
     "clip": "paper: En-De dev",
     "key_value": "paper: En-De dev",
 }
+ROW_HEADER = {"positions": "position information", "clip": "k", "key_value": "relative terms"}
 TITLES = {
     "positions": "Table 1: absolute vs relative position representations",
     "clip": "Table 2: clipping distance k",
@@ -100,7 +101,7 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
         if not rows:
             continue
         lines += [f"## {TITLES[table]}", ""]
-        lines.append(f"| {'row'} | seeds | dev BLEU | test BLEU | dev chrF | updates | train min | tgt tok/s "
+        lines.append(f"| {ROW_HEADER[table]} | seeds | dev BLEU | test BLEU | dev chrF | updates | train min | tgt tok/s "
                      f"| {PAPER_COLUMN[table]} |")
         lines.append("|---|---|---|---|---|---|---|---|---|")
         for cell in rows:
