@@ -59,7 +59,7 @@ def run_one(config_path: str, overrides: list[str], candidates: list[str], lengt
     best = None
     for which in candidates:
         try:
-            model, cfg, vocab, checkpoint = load_for_inference(cfg.train.run_dir, which)
+            model, _, vocab, checkpoint = load_for_inference(cfg.train.run_dir, which)
         except UserError as err:  # e.g. no averaged checkpoint when train.average_last is 0
             print(f"   skipping checkpoint {which}: {err}", file=sys.stderr, flush=True)
             continue
@@ -70,9 +70,8 @@ def run_one(config_path: str, overrides: list[str], candidates: list[str], lengt
             row["dev_grid"].append({"checkpoint": which, "length_penalty": alpha, "dev_bleu": bleu})
             print(f"   dev BLEU {bleu:.2f} with checkpoint {which}, length penalty {alpha}", file=sys.stderr, flush=True)
             if best is None or bleu > best[0]:
-                best = (bleu, which, alpha, str(checkpoint), hypotheses, sent_s)
-    dev_bleu, which, alpha, checkpoint, dev_hyp, dev_sent_s = best
-    model, cfg, vocab, _ = load_for_inference(cfg.train.run_dir, which)
+                best = (bleu, which, alpha, str(checkpoint), hypotheses, sent_s, model)
+    dev_bleu, which, alpha, checkpoint, dev_hyp, dev_sent_s, model = best
     decode = dataclasses.replace(cfg.decode, nbest=1, length_penalty=alpha)
     test_src, test_ref = (read_lines(path) for path in splits["test"])
     test_hyp, test_sent_s = _decode(model, vocab, test_src, decode)

@@ -103,11 +103,7 @@ def _differences(base: dict[str, Any], other: dict[str, Any], prefix: str = "") 
 def _run_name(differences: list[tuple[str, Any]]) -> str:
     if not differences:
         return "base"
-    parts = []
-    for key, value in differences:
-        text = str(value).lower() if isinstance(value, bool) else str(value)
-        parts.append(f"{key.split('.')[-1]}={text}")
-    return "+".join(parts)
+    return "+".join(f"{key.split('.')[-1]}={_yaml_value(value)}" for key, value in differences)
 
 
 def plan_runs(config_path: str | Path, tables: Iterable[str], seeds: Iterable[int], overrides: list[str]) -> list[Run]:

@@ -56,7 +56,8 @@ class SweepResults:
     config: str
     overrides: list[str]
     cells: dict[tuple[str, str], CellResults]
-    results: dict[str, dict[str, Any]]  # run directory -> result.json
+    planned: list[str]  # every run directory of the plan
+    results: dict[str, dict[str, Any]]  # run directory -> result.json of the finished ones
 
     def signatures(self) -> list[str]:
         return sorted({r["signature"] for r in self.results.values() if "signature" in r})
@@ -80,7 +81,7 @@ def load_sweep(root: str | Path) -> SweepResults:
             cell.runs.append(run_dir)
             if result is not None:
                 cell.results.append(result)
-    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, results)
+    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, list(plan["runs"]), results)
 
 
 def mean_std(values: list[float], digits: int = 2) -> str:
@@ -94,7 +95,7 @@ def mean_std(values: list[float], digits: int = 2) -> str:
 def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
     lines = [f"# {title}" if title else f"# Sweep {sweep.root}", ""]
     lines.append(f"Base config `{sweep.config}`" + (f" with `{' '.join(sweep.overrides)}`" if sweep.overrides else "")
-                 + f"; {len(sweep.results)} of {sum(1 for _ in _planned(sweep))} runs finished.")
+                 + f"; {len(sweep.results)} of {len(sweep.planned)} runs finished.")
     lines.append("")
     for table in TABLE_NAMES:
         rows = [sweep.cells[(c.table, c.label)] for c in table_cells(table) if (c.table, c.label) in sweep.cells]
@@ -122,15 +123,6 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
         lines.append("Decoding: " + "; ".join(f"{c} checkpoint, beam {b}, length penalty {a}" for c, b, a in decoding))
         lines.append("")
     return "\n".join(lines)
-
-
-def _planned(sweep: SweepResults):
-    seen = set()
-    for cell in sweep.cells.values():
-        for run in cell.runs:
-            if run not in seen:
-                seen.add(run)
-                yield run
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
@@ -175,7 +167,7 @@ def plot(sweep: SweepResults, out_dir: str | Path, prefix: str = "") -> list[Pat
         plt.close(fig)
         written.append(path)
 
-    curves = {run: [m for m in read_metrics(sweep.root / run) if "dev_nll" in m] for run in _planned(sweep)}
+    curves = {run: [m for m in read_metrics(sweep.root / run) if "dev_nll" in m] for run in sweep.planned}
     curves = {run: points for run, points in curves.items() if points}
     if curves:
         fig, (ax_bleu, ax_loss) = plt.subplots(1, 2, figsize=(11, 4))
