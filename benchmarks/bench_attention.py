@@ -3,9 +3,10 @@
 For each sequence length L (self-attention, Lq = Lk = L) it times forward + backward of:
 
     floor     attention without position terms: the faster of torch SDPA and plain matmul-softmax-matmul
-    K+V       rpr_mt relative_attention(impl="fused"), key and value terms, probabilities saved for backward
-    K         key term only (rel_v None)
-    V         value term only (rel_k None)
+    K+V (native)    rpr_mt relative_attention(impl="native"): C row kernels, relative terms folded into the
+                    content matmuls (CPU float32; skipped where the kernel cannot be built)
+    K+V (fused)     impl="fused": the pure-torch chunked Function, probabilities saved for backward
+    K only, V only  the same with one term (rel_v or rel_k None)
     K+V recompute   the same with save_probs=False: probabilities recomputed in backward (less memory)
     gather    relative_attention(impl="gather"): plain autograd, torch.gather forward, scatter_add folds
     naive     tensor2tensor / OpenNMT-py style: materialises the [H, L, L, d] tables of relation vectors
@@ -36,6 +37,8 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from rpr_mt.host import keep_freed_memory
+from rpr_mt.model import native_attention
 from rpr_mt.model.attention import relative_attention
 from rpr_mt.model.positions import relative_position_index
 
@@ -105,9 +108,13 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="tables shared across heads (default: per head)")
     parser.add_argument("--naive-limit-gb", type=float, default=4.0)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
+                        help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
     args = parser.parse_args()
 
     torch.set_num_threads(args.threads)
+    if args.malloc == "keep":
+        keep_freed_memory()
     device = args.device
     sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
     B, H, d, c = args.batch, args.heads, args.dim, args.clip
@@ -116,12 +123,13 @@ def main() -> None:
     rel_k = (torch.randn(table_shape, generator=gen) * d**-0.5).to(device).requires_grad_()
     rel_v = (torch.randn(table_shape, generator=gen) * d**-0.5).to(device).requires_grad_()
 
+    native_available = native_attention.available(rel_k)
     print(f"# relative attention benchmark: B={B} H={H} d={d} k={c} tables={'shared' if args.shared else 'per head'}")
     print(
         f"# device={device} threads={torch.get_num_threads()} torch={torch.__version__} "
-        f"cpu={platform.processor() or platform.machine()} loadavg={os.getloadavg()[0]:.2f}"
+        f"cpu={platform.processor() or platform.machine()} malloc={args.malloc} loadavg={os.getloadavg()[0]:.2f}"
     )
-    print("# time: forward+backward, median of", args.repeats, "runs; ratio = time / floor")
+    print("# time: forward+backward, median of", args.repeats, "rounds; ratio: median over rounds of time / floor time")
     mem_label = "peak MiB" if device == "cuda" else "saved MiB"
     print(f"\n| L | method | time (ms) | ratio | {mem_label} |")
     print("|---:|:---|---:|---:|---:|")
@@ -134,12 +142,17 @@ def main() -> None:
         methods: dict[str, Callable[[], torch.Tensor]] = {
             "SDPA": lambda: F.scaled_dot_product_attention(q, k, v),
             "matmul-softmax-matmul": lambda: manual_attention(q, k, v),
+            "K+V (native)": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="native"),
+            "K only (native)": lambda: relative_attention(q, k, v, rel_k, None, clip=c, impl="native"),
+            "V only (native)": lambda: relative_attention(q, k, v, None, rel_v, clip=c, impl="native"),
             "K+V (fused)": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="fused"),
-            "K only": lambda: relative_attention(q, k, v, rel_k, None, clip=c, impl="fused"),
-            "V only": lambda: relative_attention(q, k, v, None, rel_v, clip=c, impl="fused"),
+            "K only (fused)": lambda: relative_attention(q, k, v, rel_k, None, clip=c, impl="fused"),
+            "V only (fused)": lambda: relative_attention(q, k, v, None, rel_v, clip=c, impl="fused"),
             "K+V recompute": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="fused", save_probs=False),
             "K+V gather": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="gather"),
         }
+        if not native_available:
+            methods = {name: fn for name, fn in methods.items() if "native" not in name}
         if naive_bytes <= args.naive_limit_gb * 2**30:
             methods["K+V naive [H,L,L,d]"] = lambda: naive_relative_attention(q, k, v, rel_k, rel_v, c)
 
@@ -163,13 +176,15 @@ def main() -> None:
             memory = {name: measure_memory(fn, grad_out, exclude, device) / 2**20 for name, fn in methods.items()}
 
         floor_name = min(("SDPA", "matmul-softmax-matmul"), key=median.get)
-        floor = median[floor_name]
         for name in methods:
             label = name
             if name in ("SDPA", "matmul-softmax-matmul"):
                 label = f"floor: {name}" if name == floor_name else f"({name})"
             mem = f"{memory[name]:.1f}" if memory else "-"
-            print(f"| {L} | {label} | {median[name]:.1f} | {median[name] / floor:.2f} | {mem} |", flush=True)
+            # the ratio is taken within each round and then the median over rounds: the machine's speed drifts
+            # by 10-20% over minutes, and a round's methods run back to back, under the same conditions
+            ratio = statistics.median(t / f for t, f in zip(times[name], times[floor_name]))
+            print(f"| {L} | {label} | {median[name]:.1f} | {ratio:.2f} | {mem} |", flush=True)
         if "K+V naive [H,L,L,d]" not in methods:
             print(f"| {L} | K+V naive [H,L,L,d] | skipped (~{naive_bytes / 2**30:.1f} GiB) | | |", flush=True)
         del qkv, q, k, v, grad_out

@@ -23,7 +23,11 @@ They are adjoints of each other (<place(A), X> = <A, fold(X)>), so each is the o
 
 and the extra memory is O(B H Lq Lk), like plain attention.
 
-``relative_attention`` has two implementations, selected by ``impl``:
+``relative_attention`` has three implementations, selected by ``impl``:
+
+* ``"native"``: the fused algorithm below with its per-row work (place, mask, softmax, dropout, fold) done in one
+  C pass per row (``native_attention.py``, kernels built on first use by ``rpr_mt/native.py``). The default for
+  float32 on CPU where a C compiler is available; 15-30% faster than "fused" (benchmarks/bench_attention.py).
 
 * ``"fused"``: one custom autograd Function (``_FusedRelativeAttention``) with a hand-written backward. It walks
   over chunks of whole [Lq, Lk] matrices (blocks of heads x batch rows, a few MiB each, so that they stay in the
@@ -50,14 +54,24 @@ in the forward or backward pass), and their output is zeroed afterwards.
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
-from typing import Iterator
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from rpr_mt.model import native_attention
+from rpr_mt.model.chunks import (
+    ChunkBuffers,
+    add_table_grad_,
+    add_times_table_,
+    block,
+    bmm_into,
+    chunks,
+    flat,
+    matrix_bytes,
+    times_table_t,
+)
 from rpr_mt.model.dropout import drop_rate, dropout, keep_mask
 from rpr_mt.model.positions import relative_position_index
 
@@ -246,74 +260,9 @@ def fold(x: Tensor, clip: int, offset: int = 0) -> Tensor:
 # Fused implementation
 # ----------------------------------------------------------------------------------------------------------------------
 #
-# The loop runs over chunks of whole [Lq, Lk] matrices: blocks of heads x batch rows, in head-major order. Each
-# chunk's q, k, v (and dO) are first copied into small contiguous head-major buffers, so that every batched matmul
-# reads and writes plain contiguous blocks (on CPU, matmuls on strided operands or into strided outputs fall back
-# to much slower paths) and the per-head table products are single bmm calls over the chunk's heads. Outputs and
-# gradients are contiguous [H, B, L, d] tensors returned as [B, H, L, d] views. On CPU every fresh multi-megabyte
-# tensor also costs page faults, which is why all per-chunk intermediates live in reused chunk buffers.
-
-
-def _chunks(heads: int, batch: int, matrix_bytes: int, budget: int) -> Iterator[tuple[slice, slice]]:
-    """(head slice, batch slice) blocks of whole [Lq, Lk] matrices, each at most ``budget`` bytes (at least one
-    matrix). Blocks span all batch rows of several heads, or part of the batch of one head, so that every block of
-    a contiguous [H, B, ..] tensor is itself contiguous."""
-    per_head = batch * matrix_bytes
-    if per_head <= budget:
-        step = max(1, budget // per_head)
-        for h in range(0, heads, step):
-            yield slice(h, min(h + step, heads)), slice(0, batch)
-    else:
-        step = max(1, budget // max(matrix_bytes, 1))
-        for h in range(heads):
-            for b in range(0, batch, step):
-                yield slice(h, h + 1), slice(b, min(b + step, batch))
-
-
-def _block(t: Tensor | None, hs: slice, bs: slice) -> Tensor | None:
-    """Slice an [H?, B?, ..] tensor whose head/batch dims may be broadcast (size 1)."""
-    if t is None:
-        return None
-    return t[hs if t.size(0) > 1 else slice(None), bs if t.size(1) > 1 else slice(None)]
-
-
-def _flat(x: Tensor) -> Tensor:
-    """[h, b, m, n] -> [h * b, m, n] (a view for the contiguous blocks used here)."""
-    return x.reshape(-1, *x.shape[-2:])
-
-
-def _bmm(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
-    """Batched matmul of [.., m, n] @ [.., n, p] into a contiguous ``out`` [.., m, p] (same leading dims)."""
-    torch.bmm(_flat(a), _flat(b), out=_flat(out))
-    return out
-
-
-def _by_head(x: Tensor) -> Tensor:
-    """Contiguous [h, b, L, n] -> [h, b * L, n]."""
-    return x.view(x.shape[0], -1, x.shape[-1])
-
-
-def _times_table_t(x: Tensor, table: Tensor, hs: slice) -> Tensor:
-    """x @ w^T for a chunk x [h, b, L, d] and the table of its heads (shared [R, d] or per head [H, R, d])."""
-    if table.dim() == 2:
-        return (x.view(-1, x.shape[-1]) @ table.t()).view(*x.shape[:-1], -1)
-    return torch.bmm(_by_head(x), table[hs].transpose(1, 2)).view(*x.shape[:-1], -1)
-
-
-def _add_times_table_(out: Tensor, f: Tensor, table: Tensor, hs: slice, alpha: float = 1.0) -> None:
-    """out += alpha f @ w for a chunk f [h, b, L, R], out [h, b, L, d] (both contiguous)."""
-    if table.dim() == 2:
-        out.view(-1, out.shape[-1]).addmm_(f.view(-1, f.shape[-1]), table, alpha=alpha)
-    else:
-        _by_head(out).baddbmm_(_by_head(f), table[hs], alpha=alpha)
-
-
-def _add_table_grad_(grad: Tensor, f: Tensor, x: Tensor, hs: slice, alpha: float = 1.0) -> None:
-    """grad += alpha sum over the chunk's batch (and heads, for a shared table) of f^T @ x."""
-    if grad.dim() == 2:
-        grad.addmm_(f.view(-1, f.shape[-1]).t(), x.view(-1, x.shape[-1]), alpha=alpha)
-    else:
-        grad[hs].baddbmm_(_by_head(f).transpose(1, 2), _by_head(x), alpha=alpha)
+# The loop runs over chunks of whole [Lq, Lk] matrices (see rpr_mt/model/chunks.py); the per-head table products
+# are single bmm calls over the chunk's heads. Outputs and gradients are contiguous [H, B, L, d] tensors returned
+# as [B, H, L, d] views.
 
 
 def _softmax_(scores: Tensor) -> Tensor:
@@ -323,26 +272,6 @@ def _softmax_(scores: Tensor) -> Tensor:
     if scores.device.type == "cpu":
         return torch._softmax(scores, -1, False, out=scores)
     return scores.copy_(torch.softmax(scores, -1))
-
-
-class _Buffers:
-    """Chunk buffers, allocated on first use and reused by every chunk (and by the backward pass of the same
-    call: on CPU their pages are then already mapped)."""
-
-    def __init__(self, dtype: torch.dtype, device: torch.device) -> None:
-        self.dtype, self.device = dtype, device
-        self.bufs: dict[str, Tensor] = {}
-
-    def __call__(self, name: str, shape: tuple[int, ...]) -> Tensor:
-        numel = math.prod(shape)
-        if name not in self.bufs or self.bufs[name].numel() < numel:  # the first chunk is the largest
-            self.bufs[name] = torch.empty(numel, dtype=self.dtype, device=self.device)
-        return self.bufs[name][:numel].view(shape)
-
-    def copy(self, name: str, x: Tensor, scale: float | None = None) -> Tensor:
-        """Contiguous copy of a chunk block (optionally scaled) in buffer ``name``."""
-        buf = self(name, tuple(x.shape))
-        return buf.copy_(x) if scale is None else torch.mul(x, scale, out=buf)
 
 
 class _Scores:
@@ -362,20 +291,20 @@ class _Scores:
 
     def __call__(self, out: Tensor, qs: Tensor, k: Tensor, hs: slice, bs: slice) -> Tensor:
         """out: [h, b, Lq, Lk] buffer; qs (scaled queries), k: the chunk's contiguous [h, b, L, d] copies."""
-        bias = _block(self.bias, hs, bs)
+        bias = block(self.bias, hs, bs)
         if bias is None and self.mask is not None:
-            bias = _mask_bias(_block(self.mask, hs, bs), self.dtype)
+            bias = _mask_bias(block(self.mask, hs, bs), self.dtype)
         kt = k.transpose(-1, -2)
         if self.rel_k is not None:
-            key_buckets = _times_table_t(qs, self.rel_k, hs)  # [h, b, Lq, 2c+1]
-            _place_offdiag(_flat(out), *(_flat(x) for x in _place_parts(key_buckets, self.geo)), self.geo)
+            key_buckets = times_table_t(qs, self.rel_k, hs)  # [h, b, Lq, 2c+1]
+            _place_offdiag(flat(out), *(flat(x) for x in _place_parts(key_buckets, self.geo)), self.geo)
             if bias is not None:
                 out.add_(bias)
         elif bias is not None:
             out.copy_(bias.expand_as(out))
         else:
-            return _softmax_(_bmm(qs, kt, out))
-        _flat(out).baddbmm_(_flat(qs), _flat(kt))
+            return _softmax_(bmm_into(qs, kt, out))
+        flat(out).baddbmm_(flat(qs), flat(kt))
         return _softmax_(out)
 
 
@@ -411,21 +340,21 @@ class _FusedRelativeAttention(torch.autograd.Function):
         folded = None if rel_v is None else torch.empty(heads, batch, q_len, 2 * clip + 1, dtype=dtype, device=device)
         probs = torch.empty(heads, batch, q_len, k_len, dtype=dtype, device=device) if save_probs else None
         out = torch.empty(heads, batch, q_len, dim, dtype=dtype, device=device)  # [H, B, Lq, d]
-        bufs = _Buffers(dtype, device)
+        bufs = ChunkBuffers(dtype, device)
 
-        for hs, bs in _chunks(heads, batch, _matrix_bytes(q_len, k_len, dim, q.element_size()), chunk_bytes):
+        for hs, bs in chunks(heads, batch, matrix_bytes(q_len, k_len, dim, q.element_size()), chunk_bytes):
             q_c = bufs.copy("q", q_h[hs, bs], scale)  # [h, b, Lq, d], scaled
             k_c, v_c = bufs.copy("k", k_h[hs, bs]), bufs.copy("v", v_h[hs, bs])
             shape = (*q_c.shape[:2], q_len, k_len)
             p = scores(probs[hs, bs] if save_probs else bufs("p", shape), q_c, k_c, hs, bs)  # [h, b, Lq, Lk]
             if keep_h is not None:  # dropped probabilities p * keep / (1 - p_drop)
                 p = torch.mul(p, keep_h[hs, bs], out=bufs("dropped", shape)).mul_(1.0 / (1.0 - dropout_p))
-            out_c = _bmm(p, v_c, out[hs, bs])  # [h, b, Lq, d]
+            out_c = bmm_into(p, v_c, out[hs, bs])  # [h, b, Lq, d]
             if folded is not None:  # value term fold(P) w^V; rows of P sum to 1 unless dropped
                 f_c = folded[hs, bs]
                 scratch = bufs("p" if keep_h is not None and not save_probs else "scratch", shape)
-                _fold_into(_flat(f_c), _flat(p), geo, _flat(scratch), None if keep_h is not None else 1.0)
-                _add_times_table_(out_c, f_c, rel_v, hs)
+                _fold_into(flat(f_c), flat(p), geo, flat(scratch), None if keep_h is not None else 1.0)
+                add_times_table_(out_c, f_c, rel_v, hs)
         if dead is not None:
             out.masked_fill_(dead.transpose(0, 1), 0)
 
@@ -457,11 +386,11 @@ class _FusedRelativeAttention(torch.autograd.Function):
         grad_rel_k = None if rel_k is None else torch.zeros_like(rel_k)
         grad_rel_v = None if rel_v is None else torch.zeros_like(rel_v)
 
-        for hs, bs in _chunks(heads, batch, _matrix_bytes(q_len, k_len, dim, q.element_size()), chunk_bytes):
+        for hs, bs in chunks(heads, batch, matrix_bytes(q_len, k_len, dim, q.element_size()), chunk_bytes):
             q_c = bufs.copy("q", q_h[hs, bs], scale)
             k_c, v_c, go_c = bufs.copy("k", k_h[hs, bs]), bufs.copy("v", v_h[hs, bs]), bufs.copy("go", go_h[hs, bs])
             if dead_h is not None:
-                go_c.masked_fill_(_block(dead_h, hs, bs), 0)
+                go_c.masked_fill_(block(dead_h, hs, bs), 0)
             shape = (*q_c.shape[:2], q_len, k_len)
             g = bufs("g", shape)
             # FlashAttention's identity: sum_j P_ij dP_ij = dO_i . O_i (with the value term and dropout too).
@@ -469,19 +398,19 @@ class _FusedRelativeAttention(torch.autograd.Function):
             p = probs[hs, bs] if probs is not None else scores(bufs("p", shape), q_c, k_c, hs, bs)
             if keep_h is not None:
                 keep_c = keep_h[hs, bs]
-                _bmm(torch.mul(p, keep_c, out=g).mul_(keep_scale).transpose(-1, -2), go_c, grad_v[hs, bs])
+                bmm_into(torch.mul(p, keep_c, out=g).mul_(keep_scale).transpose(-1, -2), go_c, grad_v[hs, bs])
             else:
-                _bmm(p.transpose(-1, -2), go_c, grad_v[hs, bs])
+                bmm_into(p.transpose(-1, -2), go_c, grad_v[hs, bs])
 
             # g <- dP - delta, with dP = dO v^T + place(dO w^V^T) the gradient of the (dropped) probabilities;
             # the per-row constant of place() (bucket 0) and, without dropout, -delta form one row term.
             row = None if keep_h is not None else delta.neg()
             if rel_v is not None:
-                _add_table_grad_(grad_rel_v, folded[hs, bs], go_c, hs)
-                grad_buckets = _times_table_t(go_c, rel_v, hs)  # [h, b, Lq, 2c+1]
+                add_table_grad_(grad_rel_v, folded[hs, bs], go_c, hs)
+                grad_buckets = times_table_t(go_c, rel_v, hs)  # [h, b, Lq, 2c+1]
                 row = grad_buckets[..., :1] if row is None else row.add_(grad_buckets[..., :1])
                 if clip > 0:
-                    _place_offdiag(_flat(g), *(_flat(x) for x in _place_parts(grad_buckets, geo)), geo)
+                    _place_offdiag(flat(g), *(flat(x) for x in _place_parts(grad_buckets, geo)), geo)
                     g.add_(row)
                 else:
                     g.copy_(row.expand_as(g))
@@ -489,28 +418,23 @@ class _FusedRelativeAttention(torch.autograd.Function):
                 g.copy_(row.expand_as(g))
             vt = v_c.transpose(-1, -2)
             if row is not None:
-                _flat(g).baddbmm_(_flat(go_c), _flat(vt))
+                flat(g).baddbmm_(flat(go_c), flat(vt))
             else:
-                _bmm(go_c, vt, g)
+                bmm_into(go_c, vt, g)
             if keep_h is not None:
                 g.mul_(keep_c).mul_(keep_scale).sub_(delta)
             ds = g.mul_(p)  # softmax backward: dS = P * (dP - delta), the gradient of the logits
-            gq_c = _bmm(ds, k_c, grad_q[hs, bs])
-            _bmm(ds.transpose(-1, -2), q_c, grad_k[hs, bs])
+            gq_c = bmm_into(ds, k_c, grad_q[hs, bs])
+            bmm_into(ds.transpose(-1, -2), q_c, grad_k[hs, bs])
             if rel_k is not None:  # rows of dS sum to 0 (softmax is shift invariant)
                 fold_ds = bufs("fold", (*shape[:3], 2 * clip + 1))
-                _fold_into(_flat(fold_ds), _flat(ds), geo, _flat(bufs("p" if probs is None else "scratch", shape)), 0.0)
-                _add_times_table_(gq_c, fold_ds, rel_k, hs)
-                _add_table_grad_(grad_rel_k, fold_ds, q_c, hs)
+                _fold_into(flat(fold_ds), flat(ds), geo, flat(bufs("p" if probs is None else "scratch", shape)), 0.0)
+                add_times_table_(gq_c, fold_ds, rel_k, hs)
+                add_table_grad_(grad_rel_k, fold_ds, q_c, hs)
         grad_q.mul_(scale)  # the chunk q copies were already scaled, so grad_k and the table grads are final
         return (grad_q.transpose(0, 1), grad_k.transpose(0, 1), grad_v.transpose(0, 1), grad_rel_k, grad_rel_v) + (
             None,
         ) * 8
-
-
-def _matrix_bytes(q_len: int, k_len: int, dim: int, element_size: int) -> int:
-    """Bytes per [Lq, Lk] matrix of the largest per-chunk buffer (scores, or the k/v copies when Lq is small)."""
-    return max(q_len * k_len, k_len * dim, q_len * dim) * element_size
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -615,11 +539,12 @@ def relative_attention(
         offset: absolute position of the first query; queries sit at offset .. offset + Lq - 1 and keys at
             0 .. Lk - 1 (cached decoding).
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
-        impl: "fused" (chunked custom autograd Function), "gather" (plain autograd reference), or "auto":
-            fused, except for few queries (incremental decoding), where the gather path has less overhead.
-        chunk_bytes: fused only: byte budget of one chunk buffer (default 8 MiB on CPU, to stay in cache; 1 GiB
+        impl: "native" (C row kernels; float32 on CPU), "fused" (chunked custom autograd Function in torch),
+            "gather" (plain autograd reference), or "auto": gather for few queries (incremental decoding), where
+            it has the least overhead, else native where it can run, else fused.
+        chunk_bytes: native and fused: byte budget of one chunk buffer (default 8 MiB on CPU, to stay in cache; 1 GiB
             on accelerators).
-        save_probs: fused only: keep the [B, H, Lq, Lk] probabilities for the backward pass (True), or recompute
+        save_probs: native and fused: keep the [B, H, Lq, Lk] probabilities for the backward pass (True), or recompute
             them there chunk by chunk (False; FlashAttention style, O(chunk) extra memory, but slower). Default:
             save up to 1 GiB per call.
 
@@ -648,10 +573,8 @@ def relative_attention(
         expected = [(2 * clip + 1, dim), (heads, 2 * clip + 1, dim)]
         if tuple(table.shape) not in expected:
             raise ValueError(f"{name} must be [2*clip+1, d] or [H, 2*clip+1, d] = {expected}, got {tuple(table.shape)}")
-    if impl not in ("auto", "fused", "gather"):
-        raise ValueError(f"impl must be 'auto', 'fused' or 'gather', got {impl!r}")
-    if impl == "auto":
-        impl = "gather" if q_len < _FUSED_MIN_QUERIES else "fused"
+    if impl not in ("auto", "native", "fused", "gather"):
+        raise ValueError(f"impl must be 'auto', 'native', 'fused' or 'gather', got {impl!r}")
     if k_len == 0:  # nothing to attend to: every row is dead
         return q.new_zeros(q.shape)
 
@@ -660,6 +583,10 @@ def relative_attention(
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
     rel_k = None if rel_k is None else rel_k.to(dtype)
     rel_v = None if rel_v is None else rel_v.to(dtype)
+    if impl == "auto":
+        impl = "gather" if q_len < _FUSED_MIN_QUERIES else "native" if native_attention.available(q) else "fused"
+    elif impl == "native" and not native_attention.available(q):
+        raise ValueError(f"impl='native' needs float32 CPU tensors and a C compiler (got {dtype} on {q.device})")
 
     mask, dead = None, None
     if attn_mask is not None:
@@ -676,9 +603,8 @@ def relative_attention(
             chunk_bytes = _CPU_CHUNK_BYTES if device_type == "cpu" else _ACCEL_CHUNK_BYTES
         if save_probs is None:
             save_probs = batch * heads * q_len * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
-        return _FusedRelativeAttention.apply(
-            q, k, v, rel_k, rel_v, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs
-        )
+        function = native_attention.NativeRelativeAttention if impl == "native" else _FusedRelativeAttention
+        return function.apply(q, k, v, rel_k, rel_v, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs)
 
 
 # ----------------------------------------------------------------------------------------------------------------------

@@ -1,0 +1,218 @@
+"""Relation-aware attention (Shaw et al., 2018) with the row work in a C kernel: the fast path on CPU (float32).
+
+The same chunked algorithm as the fused Function in ``attention.py`` (see its docstring for place/fold), with the
+same matrix products: q k^T, P v and their gradients as batched matmuls per [Lq, Lk] matrix, and the table products
+q w^K^T, fold(P) w^V, ... as one matmul over all rows of a chunk's heads. What changes is everything in between:
+
+    forward   P = softmax(S + place(q w^K^T)) with the mask, dropout P_d = P * keep / (1 - p), fold(P_d)
+    backward  dS = P * (dP - delta), dP = (dO v^T + place(dO w^V^T)) * keep / (1 - p), delta = sum_j P dP, fold(dS)
+
+is one pass over each row in C (``rpr_mt/model/csrc/relative_rows.c``) instead of a dozen torch kernels, each a
+pass over the [Lq, Lk] matrices (place, bias, softmax, dropout, the low/high masks of fold, ...).
+
+The kernels are built by ``rpr_mt/native.py`` on first use; the Function has the fused one's contract (validated
+inputs, dead rows revived, dropout keep mask drawn by the caller).
+"""
+
+from __future__ import annotations
+
+import ctypes
+
+import torch
+from torch import Tensor
+
+from rpr_mt import native
+from rpr_mt.model.chunks import (
+    ChunkBuffers,
+    add_table_grad_,
+    add_times_table_,
+    block,
+    bmm_into,
+    chunks,
+    matrix_bytes,
+    times_table_t,
+)
+
+__all__ = ["available", "NativeRelativeAttention"]
+
+
+class _Operand(ctypes.Structure):
+    _fields_ = [
+        ("ptr", ctypes.c_void_p),
+        ("stride_h", ctypes.c_int64),
+        ("stride_b", ctypes.c_int64),
+        ("stride_row", ctypes.c_int64),
+    ]
+
+
+_SHAPE = [(name, ctypes.c_int64) for name in ("heads", "batch", "q_len", "k_len", "clip", "offset")]
+
+
+class _ForwardArgs(ctypes.Structure):
+    _fields_ = _SHAPE + [("keep_scale", ctypes.c_float)] + [
+        (n, _Operand) for n in ("s", "a", "mask", "keep", "p", "pd", "f")
+    ]
+
+
+class _BackwardArgs(ctypes.Structure):
+    _fields_ = _SHAPE + [("keep_scale", ctypes.c_float)] + [
+        (n, _Operand) for n in ("g", "b", "p", "keep", "ds", "fd", "pd")
+    ]
+
+
+def _library() -> ctypes.CDLL | None:
+    lib = native.load("relative_rows")
+    if lib is not None and not hasattr(lib, "_rpr_typed"):
+        lib.relative_rows_forward.argtypes = [ctypes.POINTER(_ForwardArgs)]
+        lib.relative_rows_backward.argtypes = [ctypes.POINTER(_BackwardArgs)]
+        lib.relative_rows_forward.restype = lib.relative_rows_backward.restype = None
+        lib._rpr_typed = True
+    return lib
+
+
+def available(q: Tensor) -> bool:
+    """True if the native path can run on tensors like ``q`` (float32 on CPU, kernel library built)."""
+    return q.device.type == "cpu" and q.dtype == torch.float32 and _library() is not None
+
+
+def _operand(t: Tensor | None) -> _Operand:
+    """A [h?, b?, rows?, cols] block (size-1 dims are broadcast; columns contiguous) as a kernel operand."""
+    if t is None:
+        return _Operand(None, 0, 0, 0)
+    if t.size(-1) > 1 and t.stride(-1) != 1:
+        raise ValueError("kernel operands need contiguous columns")
+    strides = [t.stride(i) if t.size(i) > 1 else 0 for i in range(3)]
+    return _Operand(t.data_ptr(), *strides)
+
+
+def _bytes(t: Tensor | None) -> Tensor | None:
+    """A bool tensor viewed as uint8 (same bytes), for the kernel."""
+    return None if t is None else t.view(torch.uint8)
+
+
+class NativeRelativeAttention(torch.autograd.Function):
+    """Relation-aware attention with C row kernels (module docstring). Same arguments as the fused Function in
+    attention.py (q, k, v float32 on CPU)."""
+
+    @staticmethod
+    def forward(  # type: ignore[override]
+        ctx, q, k, v, rel_k, rel_v, mask, dead, keep, clip: int, offset: int, dropout_p: float, chunk_bytes: int,
+        save_probs: bool,
+    ) -> Tensor:
+        batch, heads, q_len, dim = q.shape
+        k_len = k.shape[2]
+        if mask is not None and (mask.size(-1) != k_len or mask.stride(-1) != 1):
+            mask = mask.expand(*mask.shape[:-1], k_len).contiguous()
+        ctx.config = (clip, offset, dropout_p, chunk_bytes)
+        rows = _RowKernels(q, k, v, rel_k, mask, keep, ctx.config)
+        probs = torch.empty(heads, batch, q_len, k_len) if save_probs else None
+        folded = None if rel_v is None else torch.empty(heads, batch, q_len, 2 * clip + 1)
+        out = torch.empty(heads, batch, q_len, dim)  # head-major [H, B, Lq, d]
+        for hs, bs in rows.chunks():
+            q_c, k_c, v_c = rows.copies(hs, bs)
+            p = probs[hs, bs] if save_probs else rows.bufs("p", (*q_c.shape[:3], k_len))
+            f_c = None if folded is None else folded[hs, bs]
+            p_used = rows.probabilities(p, q_c, k_c, hs, bs, f_c, dropped=keep is not None)
+            out_c = bmm_into(p_used, v_c, out[hs, bs])
+            if f_c is not None:
+                add_times_table_(out_c, f_c, rel_v, hs)
+        if dead is not None:
+            out.masked_fill_(dead.transpose(0, 1), 0)
+        ctx.save_for_backward(q, k, v, rel_k, rel_v, probs, folded, mask, dead, keep)
+        ctx.bufs = rows.bufs  # reused by the backward pass: on CPU their pages are then already mapped
+        return out.transpose(0, 1)
+
+    @staticmethod
+    @torch.autograd.function.once_differentiable
+    def backward(ctx, grad_out: Tensor):  # type: ignore[override]
+        q, k, v, rel_k, rel_v, probs, folded, mask, dead, keep = ctx.saved_tensors
+        clip, offset, dropout_p, _ = ctx.config
+        batch, heads, q_len, dim = q.shape
+        k_len = k.shape[2]
+        rows = _RowKernels(q, k, v, rel_k, mask, keep, ctx.config, ctx.bufs)
+        bufs = rows.bufs
+        grad_q = torch.empty(heads, batch, q_len, dim)  # head-major
+        grad_k = torch.empty(heads, batch, k_len, dim)
+        grad_v = torch.empty_like(grad_k)
+        grad_rel_k = None if rel_k is None else torch.zeros_like(rel_k)
+        grad_rel_v = None if rel_v is None else torch.zeros_like(rel_v)
+        go_h = grad_out.transpose(0, 1)
+
+        for hs, bs in rows.chunks():
+            q_c, k_c, v_c = rows.copies(hs, bs, reuse=True)
+            go_c = bufs.copy("go", go_h[hs, bs])
+            if dead is not None:
+                go_c.masked_fill_(block(dead.transpose(0, 1), hs, bs), 0)
+            shape = (*q_c.shape[:3], k_len)
+            if probs is not None:
+                p = probs[hs, bs]
+            else:
+                p = rows.probabilities(bufs("p", shape), q_c, k_c, hs, bs, None, dropped=False)
+            g = bmm_into(go_c, v_c.transpose(-1, -2), bufs("g", shape))  # dO v^T, becomes dS in place
+            value_buckets = None if rel_v is None else times_table_t(go_c, rel_v, hs)  # dO w^V^T
+            fold_ds = None if rel_k is None else bufs("fold", (*shape[:3], 2 * clip + 1))
+            dropped = None if keep is None else bufs("dropped", shape)
+            args = _BackwardArgs(
+                *shape[:2], q_len, k_len, clip, offset, 1.0 / (1.0 - dropout_p),
+                _operand(g), _operand(value_buckets), _operand(p), rows.keep_operand(hs, bs),
+                _operand(g), _operand(fold_ds), _operand(dropped),
+            )  # fmt: skip
+            _library().relative_rows_backward(ctypes.byref(args))
+            bmm_into((p if dropped is None else dropped).transpose(-1, -2), go_c, grad_v[hs, bs])
+            if rel_v is not None:
+                add_table_grad_(grad_rel_v, folded[hs, bs], go_c, hs)
+            gq_c = bmm_into(g, k_c, grad_q[hs, bs])
+            bmm_into(g.transpose(-1, -2), q_c, grad_k[hs, bs])
+            if fold_ds is not None:
+                add_times_table_(gq_c, fold_ds, rel_k, hs)
+                add_table_grad_(grad_rel_k, fold_ds, q_c, hs)
+        grad_q.mul_(dim**-0.5)  # the chunk's queries were scaled, so grad_k and the table gradients are final
+        return (grad_q.transpose(0, 1), grad_k.transpose(0, 1), grad_v.transpose(0, 1), grad_rel_k, grad_rel_v) + (
+            None,
+        ) * 8
+
+
+class _RowKernels:
+    """What forward and backward share: the chunking, the chunk copies and the forward row kernel."""
+
+    def __init__(self, q, k, v, rel_k, mask, keep, config, bufs: ChunkBuffers | None = None) -> None:
+        self.q_h, self.k_h, self.v_h = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, B, L, d] views
+        self.rel_k = rel_k
+        self.mask_h = None if mask is None else _bytes(mask.transpose(0, 1))
+        self.keep_h = None if keep is None else _bytes(keep.transpose(0, 1))
+        self.clip, self.offset, self.dropout_p, self.chunk_bytes = config
+        self.bufs = bufs or ChunkBuffers(q.dtype, q.device)
+        self.shape = (q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3])  # H, B, Lq, Lk, d
+
+    def chunks(self) -> list[tuple[slice, slice]]:
+        heads, batch, q_len, k_len, dim = self.shape
+        return list(chunks(heads, batch, matrix_bytes(q_len, k_len, dim, 4), self.chunk_bytes))
+
+    def copies(self, hs: slice, bs: slice, reuse: bool = False) -> tuple[Tensor, Tensor, Tensor]:
+        """Contiguous copies of the chunk's queries (scaled by d^-1/2), keys and values. With ``reuse`` and a single
+        chunk (the usual case in training: a few MiB per call), the backward pass reuses the forward's copies,
+        which are still in the call's buffers: the copies are memory bound and cost as much as a matmul here."""
+        bufs = self.bufs
+        if reuse and len(self.chunks()) == 1 and "v" in bufs.bufs:
+            named = (("q", self.q_h), ("k", self.k_h), ("v", self.v_h))
+            return tuple(bufs(name, tuple(x[hs, bs].shape)) for name, x in named)
+        q_c = bufs.copy("q", self.q_h[hs, bs], self.shape[-1] ** -0.5)
+        return q_c, bufs.copy("k", self.k_h[hs, bs]), bufs.copy("v", self.v_h[hs, bs])
+
+    def keep_operand(self, hs: slice, bs: slice) -> _Operand:
+        return _operand(block(self.keep_h, hs, bs))
+
+    def probabilities(self, p: Tensor, q_c, k_c, hs, bs, folded: Tensor | None, dropped: bool) -> Tensor:
+        """p [h, b, Lq, Lk] <- softmax(q_c k_c^T + place(q_c w^K^T) + mask) (undropped); folded <- fold of the
+        probabilities the output uses. Returns those: p, or with ``dropped`` the dropped ones (a chunk buffer)."""
+        bmm_into(q_c, k_c.transpose(-1, -2), p)
+        key_buckets = None if self.rel_k is None else times_table_t(q_c, self.rel_k, hs)
+        p_dropped = self.bufs("dropped", tuple(p.shape)) if dropped else None
+        args = _ForwardArgs(
+            *p.shape[:2], p.shape[2], p.shape[3], self.clip, self.offset, 1.0 / (1.0 - self.dropout_p),
+            _operand(p), _operand(key_buckets), _operand(block(self.mask_h, hs, bs)),
+            self.keep_operand(hs, bs) if dropped else _operand(None),
+            _operand(p), _operand(p_dropped), _operand(folded),
+        )  # fmt: skip
+        _library().relative_rows_forward(ctypes.byref(args))
+        return p if p_dropped is None else p_dropped

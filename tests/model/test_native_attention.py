@@ -1,0 +1,150 @@
+"""The C-kernel path of relation-aware attention against the float64 loop reference, and how the kernel is built."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+
+from rpr_mt import native
+from rpr_mt.model import native_attention
+from rpr_mt.model.attention import causal_mask, relative_attention
+from rpr_mt.model.dropout import drop_rate, keep_mask
+
+from .reference import reference_attention
+from .test_attention import CASES, CELLS, grads, make_inputs, make_mask
+
+F32 = torch.float32
+
+
+@pytest.fixture(scope="module", autouse=True)
+def kernel_library():
+    if native._compiler() is None:
+        pytest.skip("no C compiler on this machine: the native path cannot be built (the fused path is used)")
+    assert native.load("relative_rows") is not None, "a C compiler is present but the kernel did not build"
+
+
+def as_f32(inputs):
+    return [None if t is None else t.detach().to(F32).requires_grad_() for t in inputs]
+
+
+def grads_f32(out, inputs):
+    """``grads`` with the same output gradient as its float64 call (drawn in float64, then rounded)."""
+    gen = torch.Generator().manual_seed(2)
+    grad_out = torch.randn(out.shape, dtype=torch.float64, generator=gen).to(out.dtype)
+    live = [t for t in inputs if t is not None]
+    return [out.detach()] + list(torch.autograd.grad(out, live, grad_out))
+
+
+@pytest.mark.parametrize("cell", CELLS, ids=lambda c: f"{'head' if c[0] else 'shared'}-K{int(c[1])}V{int(c[2])}")
+@pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}H{c[1]}q{c[2]}k{c[3]}c{c[5]}o{c[6]}-{c[7]}")
+def test_matches_reference(case, cell):
+    batch, heads, q_len, k_len, dim, clip, offset, mask_kind = case
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, *cell)
+    mask = make_mask(mask_kind, batch, heads, q_len, k_len, offset)
+    expected = grads(reference_attention(*inputs, clip, mask, offset), inputs)
+    runs = {
+        "saved": dict(save_probs=True),
+        "recomputed": dict(save_probs=False),
+        "1-matrix-chunks": dict(chunk_bytes=1, save_probs=False),
+        "head-chunks": dict(chunk_bytes=batch * q_len * (k_len + 2 * clip + 1) * 4, save_probs=True),
+    }
+    for name, kwargs in runs.items():
+        low = as_f32(inputs)
+        out = relative_attention(*low, clip=clip, attn_mask=mask, offset=offset, impl="native", **kwargs)
+        actual = grads_f32(out, low)
+        for what, a, e in zip(["out", "q", "k", "v", "rel_k", "rel_v"], actual, expected):
+            torch.testing.assert_close(a.double(), e, atol=2e-5, rtol=2e-5, msg=lambda m: f"{name} {what}: {m}")
+    if mask_kind == "dead":
+        assert out[-1, 0, 1].abs().max() == 0
+
+
+@pytest.mark.parametrize("save_probs", [True, False])
+@pytest.mark.parametrize("cell", [(True, True, True), (False, True, False), (True, False, True)])
+def test_dropout_matches_reference(save_probs, cell):
+    batch, heads, q_len, k_len, dim, clip, p = 2, 2, 9, 9, 4, 2, 0.3
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, *cell)
+    mask = causal_mask(q_len, k_len)
+    low = as_f32(inputs)
+    torch.manual_seed(123)
+    out = relative_attention(
+        *low, clip=clip, attn_mask=mask, dropout_p=p, impl="native", chunk_bytes=1, save_probs=save_probs
+    )
+    torch.manual_seed(123)  # relative_attention draws its keep mask first thing from the global generator
+    keep = keep_mask((batch, heads, q_len, k_len), p)
+    assert 0 < keep.sum() < keep.numel()
+    expected = grads(reference_attention(*inputs, clip, mask, 0, keep, drop_rate(p)), inputs)
+    for a, e in zip(grads_f32(out, low), expected):
+        torch.testing.assert_close(a.double(), e, atol=2e-5, rtol=2e-5)
+
+
+def test_auto_uses_native_for_float32_cpu_and_fused_otherwise(monkeypatch):
+    used = []
+    for cls in (native_attention.NativeRelativeAttention, relative_attention.__globals__["_FusedRelativeAttention"]):
+        original = cls.apply
+        monkeypatch.setattr(cls, "apply", lambda *a, _o=original, _n=cls.__name__: used.append(_n) or _o(*a))
+    inputs = make_inputs(2, 2, 8, 8, 4, 2, True, True, True, dtype=F32)
+    relative_attention(*inputs, clip=2)
+    relative_attention(*make_inputs(2, 2, 8, 8, 4, 2, True, True, True), clip=2)  # float64
+    relative_attention(*make_inputs(2, 2, 3, 8, 4, 2, True, True, True, dtype=F32), clip=2, offset=5)  # decoding
+    assert used == ["NativeRelativeAttention", "_FusedRelativeAttention"]
+
+
+def test_long_rows_and_large_clip_match_fused():
+    """Rows longer than a vector register many times over, clip beyond the length, a key-padding mask."""
+    for length, clip in [(70, 16), (33, 64)]:
+        inputs = make_inputs(2, 3, length, length, 8, clip, True, True, True, dtype=F32)
+        mask = make_mask("causal+padding", 2, 3, length, length, 0)
+        results = []
+        for impl in ("native", "fused"):
+            fresh = as_f32(inputs)
+            results.append(grads(relative_attention(*fresh, clip=clip, attn_mask=mask, impl=impl), fresh))
+        for a, e in zip(*results):
+            torch.testing.assert_close(a, e, atol=1e-5, rtol=1e-4)
+
+
+def test_native_can_be_turned_off(monkeypatch):
+    monkeypatch.setenv("RPR_MT_NATIVE", "0")
+    native.load.cache_clear()
+    try:
+        assert native.load("relative_rows") is None
+        q = torch.zeros(1, 1, 8, 4)
+        assert not native_attention.available(q)
+        with pytest.raises(ValueError, match="native"):
+            relative_attention(*make_inputs(1, 1, 8, 8, 4, 1, True, True, True, dtype=F32), clip=1, impl="native")
+    finally:
+        native.load.cache_clear()
+
+
+def test_build_is_cached_and_a_failed_build_falls_back(monkeypatch, tmp_path):
+    monkeypatch.setenv("RPR_MT_CACHE_DIR", str(tmp_path))
+    first = native.build("relative_rows")
+    assert first.parent == tmp_path and first.exists()
+    mtime = first.stat().st_mtime_ns
+    assert native.build("relative_rows") == first and first.stat().st_mtime_ns == mtime  # not rebuilt
+    assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary files left behind
+
+    broken = tmp_path / "csrc"
+    broken.mkdir()
+    (broken / "relative_rows.c").write_text("this is not C\n")
+    monkeypatch.setattr(native, "SOURCE_DIR", broken)
+    native.load.cache_clear()
+    try:
+        with warnings.catch_warnings(record=True) as caught:
+            warnings.simplefilter("always")
+            assert native.load("relative_rows") is None
+        assert any("unavailable" in str(w.message) for w in caught)
+        assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, "csrc"])
+    finally:
+        native.load.cache_clear()
+
+
+def test_backward_twice_with_retain_graph():
+    """The backward pass reuses the forward's chunk copies: a second backward must still see them intact."""
+    inputs = as_f32(make_inputs(2, 2, 9, 9, 4, 2, True, True, True))
+    out = relative_attention(*inputs, clip=2, attn_mask=causal_mask(9, 9), impl="native")
+    first = torch.autograd.grad(out.square().sum(), inputs, retain_graph=True)
+    second = torch.autograd.grad(out.square().sum(), inputs)
+    for a, b in zip(first, second):
+        assert torch.equal(a, b)
