@@ -19,8 +19,9 @@ projection, and the output gradient is a [B, H, L, d] view of a [B, L, H, d] ten
 Memory: on CUDA, the peak of torch.cuda.max_memory_allocated during forward + backward minus the memory allocated
 before it. On CPU there is no allocator statistic, so the column is "saved-for-backward bytes": the sizes of the
 distinct storages the autograd graph keeps between forward and backward (recorded with
-torch.autograd.graph.saved_tensors_hooks), not counting the inputs q, k, v and the tables, plus the fused path's
-chunk buffers, which it keeps from forward to backward outside the graph (a few buffers of at most 8 MiB).
+torch.autograd.graph.saved_tensors_hooks), not counting the inputs q, k, v and the tables, plus what the fused
+and native paths keep from forward to backward outside the graph: their chunk buffers (a few of at most 8 MiB)
+and the native path's head-major copies of q, k, v.
 
     python benchmarks/bench_attention.py --lengths 32 64 128 256 512 --repeats 5 --threads 2
 """
@@ -88,9 +89,11 @@ def measure_memory(fn: Callable[[], torch.Tensor], grad_out: torch.Tensor, exclu
     with torch.autograd.graph.saved_tensors_hooks(saved.pack, lambda t: t):
         out = fn()
     total = saved.total
-    chunk_buffers = getattr(out.grad_fn, "bufs", None)  # the fused path's chunk buffers, kept for its backward
+    chunk_buffers = getattr(out.grad_fn, "bufs", None)  # the fused/native chunk buffers, kept for the backward
     if chunk_buffers is not None:
         total += sum(buf.untyped_storage().nbytes() for buf in chunk_buffers.bufs.values())
+    for copy in getattr(out.grad_fn, "whole", None) or ():  # the native path's head-major q, k, v copies
+        total += copy.untyped_storage().nbytes()
     out.backward(grad_out)
     return total
 

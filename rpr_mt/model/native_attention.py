@@ -17,6 +17,7 @@ inputs, dead rows revived, dropout keep mask drawn by the caller).
 from __future__ import annotations
 
 import ctypes
+from typing import Iterator
 
 import torch
 from torch import Tensor
@@ -34,6 +35,10 @@ from rpr_mt.model.chunks import (
 )
 
 __all__ = ["available", "NativeRelativeAttention"]
+
+# Up to this size the whole of q, k, v is copied head-major once per call and the copies are kept for the
+# backward pass (see _RowKernels.copies); above it, chunk by chunk in both passes, to bound memory.
+_WHOLE_COPY_MAX_BYTES = 256 << 20
 
 
 class _Operand(ctypes.Structure):
@@ -120,6 +125,7 @@ class NativeRelativeAttention(torch.autograd.Function):
             out.masked_fill_(dead.transpose(0, 1), 0)
         ctx.save_for_backward(q, k, v, rel_k, rel_v, probs, folded, mask, dead, keep)
         ctx.bufs = rows.bufs  # reused by the backward pass: on CPU their pages are then already mapped
+        ctx.whole = rows.whole  # the head-major q, k, v copies, if made
         return out.transpose(0, 1)
 
     @staticmethod
@@ -129,7 +135,7 @@ class NativeRelativeAttention(torch.autograd.Function):
         clip, offset, dropout_p, _ = ctx.config
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
-        rows = _RowKernels(q, k, v, rel_k, mask, keep, ctx.config, ctx.bufs)
+        rows = _RowKernels(q, k, v, rel_k, mask, keep, ctx.config, ctx.bufs, ctx.whole)
         bufs = rows.bufs
         grad_q = torch.empty(heads, batch, q_len, dim)  # head-major
         grad_k = torch.empty(heads, batch, k_len, dim)
@@ -139,7 +145,7 @@ class NativeRelativeAttention(torch.autograd.Function):
         go_h = grad_out.transpose(0, 1)
 
         for hs, bs in rows.chunks():
-            q_c, k_c, v_c = rows.copies(hs, bs, reuse=True)
+            q_c, k_c, v_c = rows.copies(hs, bs)
             go_c = bufs.copy("go", go_h[hs, bs])
             if dead is not None:
                 go_c.masked_fill_(block(dead.transpose(0, 1), hs, bs), 0)
@@ -175,28 +181,34 @@ class NativeRelativeAttention(torch.autograd.Function):
 class _RowKernels:
     """What forward and backward share: the chunking, the chunk copies and the forward row kernel."""
 
-    def __init__(self, q, k, v, rel_k, mask, keep, config, bufs: ChunkBuffers | None = None) -> None:
+    def __init__(self, q, k, v, rel_k, mask, keep, config, bufs: ChunkBuffers | None = None, whole=None) -> None:
         self.q_h, self.k_h, self.v_h = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, B, L, d] views
         self.rel_k = rel_k
         self.mask_h = None if mask is None else _bytes(mask.transpose(0, 1))
         self.keep_h = None if keep is None else _bytes(keep.transpose(0, 1))
         self.clip, self.offset, self.dropout_p, self.chunk_bytes = config
         self.bufs = bufs or ChunkBuffers(q.dtype, q.device)
+        self.whole: tuple[Tensor, Tensor, Tensor] | None = whole
         self.shape = (q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3])  # H, B, Lq, Lk, d
 
-    def chunks(self) -> list[tuple[slice, slice]]:
+    def chunks(self) -> Iterator[tuple[slice, slice]]:
         heads, batch, q_len, k_len, dim = self.shape
-        return list(chunks(heads, batch, matrix_bytes(q_len, k_len, dim, 4), self.chunk_bytes))
+        return iter(chunks(heads, batch, matrix_bytes(q_len, k_len, dim, 4), self.chunk_bytes))
 
-    def copies(self, hs: slice, bs: slice, reuse: bool = False) -> tuple[Tensor, Tensor, Tensor]:
-        """Contiguous copies of the chunk's queries (scaled by d^-1/2), keys and values. With ``reuse`` and a single
-        chunk (the usual case in training: a few MiB per call), the backward pass reuses the forward's copies,
-        which are still in the call's buffers: the copies are memory bound and cost as much as a matmul here."""
+    def copies(self, hs: slice, bs: slice) -> tuple[Tensor, Tensor, Tensor]:
+        """Contiguous head-major copies of the chunk's queries (scaled by d^-1/2), keys and values.
+
+        Up to _WHOLE_COPY_MAX_BYTES the whole of q, k, v is copied once, on the forward's first chunk, and the
+        backward pass reuses those copies (``whole``, kept on the autograd context): the copies are memory bound
+        and cost about as much as a matmul here. Above that, each chunk is copied into the chunk buffers."""
+        heads, batch, q_len, k_len, dim = self.shape
+        if self.whole is None and 4 * heads * batch * (q_len + 2 * k_len) * dim <= _WHOLE_COPY_MAX_BYTES:
+            q_scaled = torch.mul(self.q_h, dim**-0.5, out=torch.empty(self.q_h.shape))  # head-major, not q's strides
+            self.whole = (q_scaled, self.k_h.contiguous(), self.v_h.contiguous())
+        if self.whole is not None:
+            return tuple(x[hs, bs] for x in self.whole)  # contiguous blocks of [H, B, L, d]
         bufs = self.bufs
-        if reuse and len(self.chunks()) == 1 and "v" in bufs.bufs:
-            named = (("q", self.q_h), ("k", self.k_h), ("v", self.v_h))
-            return tuple(bufs(name, tuple(x[hs, bs].shape)) for name, x in named)
-        q_c = bufs.copy("q", self.q_h[hs, bs], self.shape[-1] ** -0.5)
+        q_c = bufs.copy("q", self.q_h[hs, bs], dim**-0.5)
         return q_c, bufs.copy("k", self.k_h[hs, bs]), bufs.copy("v", self.v_h[hs, bs])
 
     def keep_operand(self, hs: slice, bs: slice) -> _Operand:

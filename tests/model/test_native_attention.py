@@ -39,7 +39,7 @@ def grads_f32(out, inputs):
 
 @pytest.mark.parametrize("cell", CELLS, ids=lambda c: f"{'head' if c[0] else 'shared'}-K{int(c[1])}V{int(c[2])}")
 @pytest.mark.parametrize("case", CASES, ids=lambda c: f"B{c[0]}H{c[1]}q{c[2]}k{c[3]}c{c[5]}o{c[6]}-{c[7]}")
-def test_matches_reference(case, cell):
+def test_matches_reference(case, cell, monkeypatch):
     batch, heads, q_len, k_len, dim, clip, offset, mask_kind = case
     inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, *cell)
     mask = make_mask(mask_kind, batch, heads, q_len, k_len, offset)
@@ -48,9 +48,11 @@ def test_matches_reference(case, cell):
         "saved": dict(save_probs=True),
         "recomputed": dict(save_probs=False),
         "1-matrix-chunks": dict(chunk_bytes=1, save_probs=False),
-        "head-chunks": dict(chunk_bytes=batch * q_len * (k_len + 2 * clip + 1) * 4, save_probs=True),
+        "head-chunks": dict(chunk_bytes=batch * q_len * k_len * 4, save_probs=True),
+        "chunk-copies": dict(chunk_bytes=1, save_probs=True),  # q, k, v copied chunk by chunk, not whole
     }
     for name, kwargs in runs.items():
+        monkeypatch.setattr(native_attention, "_WHOLE_COPY_MAX_BYTES", 0 if name == "chunk-copies" else 256 << 20)
         low = as_f32(inputs)
         out = relative_attention(*low, clip=clip, attn_mask=mask, offset=offset, impl="native", **kwargs)
         actual = grads_f32(out, low)
