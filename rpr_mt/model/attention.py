@@ -546,7 +546,7 @@ def relative_attention(
             on accelerators).
         save_probs: native and fused: keep the [B, H, Lq, Lk] probabilities for the backward pass (True), or recompute
             them there chunk by chunk (False; FlashAttention style, O(chunk) extra memory, but slower). Default:
-            save up to 1 GiB per call.
+            save up to 1 GiB per call when a gradient is needed, else nothing.
 
     Returns:
         [B, H, Lq, d]. Under autocast the computation runs in the autocast dtype (like matmul); the softmax of a
@@ -602,7 +602,10 @@ def relative_attention(
         if chunk_bytes is None:
             chunk_bytes = _CPU_CHUNK_BYTES if device_type == "cpu" else _ACCEL_CHUNK_BYTES
         if save_probs is None:
-            save_probs = batch * heads * q_len * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
+            needs_grad = torch.is_grad_enabled() and any(
+                t is not None and t.requires_grad for t in (q, k, v, rel_k, rel_v)
+            )  # inference (translation) keeps nothing for a backward pass
+            save_probs = needs_grad and batch * heads * q_len * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
         function = native_attention.NativeRelativeAttention if impl == "native" else _FusedRelativeAttention
         return function.apply(q, k, v, rel_k, rel_v, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs)
 
