@@ -28,7 +28,8 @@ FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", 
 
 
 def cache_dir() -> Path:
-    """$RPR_MT_CACHE_DIR, else $XDG_CACHE_HOME/rpr_mt, else ~/.cache/rpr_mt."""
+    """$RPR_MT_CACHE_DIR, else $XDG_CACHE_HOME/rpr_mt, else ~/.cache/rpr_mt (``build`` falls back to the temporary
+    directory if it cannot write there)."""
     if os.environ.get("RPR_MT_CACHE_DIR"):
         return Path(os.environ["RPR_MT_CACHE_DIR"])
     return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "rpr_mt"
@@ -63,8 +64,15 @@ def build(name: str) -> Path:
     target = cache_dir() / f"{name}-{key}.so"
     if target.exists():
         return target
-    target.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
+    except OSError:  # an unwritable cache (read-only home): build into the temporary directory instead
+        target = Path(tempfile.gettempdir()) / f"rpr_mt-{os.getuid()}" / target.name
+        if target.exists():
+            return target
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(suffix=".so", dir=target.parent)
     os.close(fd)
     try:
         result = subprocess.run([compiler, *FLAGS, str(source), "-o", tmp, "-lm"], capture_output=True, text=True)

@@ -150,3 +150,13 @@ def test_backward_twice_with_retain_graph():
     second = torch.autograd.grad(out.square().sum(), inputs)
     for a, b in zip(first, second):
         assert torch.equal(a, b)
+
+
+def test_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tmp_path):
+    blocked = tmp_path / "file"
+    blocked.write_text("")  # a file where the cache directory should be: mkdir fails
+    monkeypatch.setenv("RPR_MT_CACHE_DIR", str(blocked / "cache"))
+    monkeypatch.setattr(native.tempfile, "tempdir", str(tmp_path / "tmp"))
+    (tmp_path / "tmp").mkdir()
+    built = native.build("relative_rows")
+    assert built.parent.parent == tmp_path / "tmp" and built.exists()
