@@ -160,3 +160,29 @@ def test_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tmp_p
     (tmp_path / "tmp").mkdir()
     built = native.build("relative_rows")
     assert built.parent.parent == tmp_path / "tmp" and built.exists()
+
+
+@pytest.mark.parametrize("p", [0.0, 0.3])
+def test_content_only_training_attention_runs_native_and_matches_reference(p, monkeypatch):
+    """Without relative tables, training attention on CPU also runs the row kernels (faster than SDPA there)."""
+    used = []
+    original = native_attention.NativeRelativeAttention.apply
+    monkeypatch.setattr(native_attention.NativeRelativeAttention, "apply", lambda *a: used.append(1) or original(*a))
+    batch, heads, q_len, k_len, dim = 2, 2, 7, 9, 4
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, 0, True, False, False)
+    mask = make_mask("dead", batch, heads, q_len, k_len, 0)
+    low = as_f32(inputs)
+    torch.manual_seed(7)
+    out = relative_attention(*low, clip=None, attn_mask=mask, dropout_p=p)
+    assert used == [1]
+    keep = None
+    if p > 0:
+        torch.manual_seed(7)  # the keep mask is the first draw from the global generator
+        keep = keep_mask((batch, heads, q_len, k_len), p)
+    expected = grads(reference_attention(*inputs, 0, mask, 0, keep, drop_rate(p) if p else 0.0), inputs)
+    for a, e in zip(grads_f32(out, low), expected):
+        torch.testing.assert_close(a.double(), e, atol=2e-5, rtol=2e-5)
+    assert out[-1, 0, 1].abs().max() == 0  # the dead row
+    with torch.no_grad():  # inference keeps SDPA
+        relative_attention(*low, clip=None, attn_mask=mask)
+    assert used == [1]
