@@ -495,11 +495,9 @@ def _content_attention(q: Tensor, k: Tensor, v: Tensor, mask: Tensor | None, dro
         and native_attention.available(q)
         and k.dtype == v.dtype == q.dtype
     ):
-        keep = None if dropout_p == 0 else keep_mask(tuple(q.shape[:3]) + (k_len,), dropout_p, q.device)
-        rate = 0.0 if dropout_p == 0 else drop_rate(dropout_p, q.device)
-        save_probs = q.shape[0] * q.shape[1] * q_len * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
+        keep, rate = _attention_keep_mask(q, k_len, dropout_p)
         return native_attention.NativeRelativeAttention.apply(
-            q, k, v, None, None, mask, dead, keep, 0, 0, rate, _CPU_CHUNK_BYTES, save_probs
+            q, k, v, None, None, mask, dead, keep, 0, 0, rate, _CPU_CHUNK_BYTES, _fits_saved_probs(q, k_len)
         )
     if q.device.type == "cpu" and q_len * k_len <= _CPU_MATMUL_MAX_PAIRS and q.requires_grad:
         scores = (q * q.shape[-1] ** -0.5) @ k.transpose(-1, -2)
@@ -522,6 +520,19 @@ _CPU_MATMUL_MAX_PAIRS = 64 * 64
 
 def _needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _attention_keep_mask(q: Tensor, k_len: int, dropout_p: float) -> tuple[Tensor | None, float]:
+    """Dropout keep mask [B, H, Lq, Lk] for the attention probabilities (None without dropout) and the rate it
+    really has (``drop_rate``), for the 1 / (1 - p) scaling."""
+    if dropout_p == 0:
+        return None, 0.0
+    return keep_mask((*q.shape[:3], k_len), dropout_p, q.device), drop_rate(dropout_p, q.device)
+
+
+def _fits_saved_probs(q: Tensor, k_len: int) -> bool:
+    """Whether the [B, H, Lq, Lk] probabilities are small enough to keep for the backward pass."""
+    return q.shape[0] * q.shape[1] * q.shape[2] * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -582,7 +593,7 @@ def relative_attention(
     if rel_k is None and rel_v is None:
         return _content_attention(q, k, v, attn_mask, dropout_p)
 
-    batch, heads, q_len, dim = q.shape
+    _, heads, q_len, dim = q.shape
     k_len = k.shape[2]
     if clip is None or clip < 0:
         raise ValueError(f"clip must be an int >= 0 when a relative table is given, got {clip}")
@@ -612,10 +623,7 @@ def relative_attention(
     mask, dead = None, None
     if attn_mask is not None:
         mask, dead = _revive_dead_rows(_as_4d(attn_mask.to(q.device)))
-    keep = None
-    if dropout_p > 0:
-        keep = keep_mask((batch, heads, q_len, k_len), dropout_p, q.device)
-        dropout_p = drop_rate(dropout_p, q.device)  # the rate keep really has, for the 1 / (1 - p) scaling
+    keep, dropout_p = _attention_keep_mask(q, k_len, dropout_p)
 
     with torch.autocast(device_type, enabled=False):
         if impl == "gather":
@@ -623,10 +631,8 @@ def relative_attention(
         if chunk_bytes is None:
             chunk_bytes = _CPU_CHUNK_BYTES if device_type == "cpu" else _ACCEL_CHUNK_BYTES
         if save_probs is None:
-            save_probs = (  # inference (translation) keeps nothing for a backward pass
-                _needs_grad(q, k, v, rel_k, rel_v)
-                and batch * heads * q_len * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
-            )
+            # inference (translation) keeps nothing for a backward pass
+            save_probs = _needs_grad(q, k, v, rel_k, rel_v) and _fits_saved_probs(q, k_len)
         function = native_attention.NativeRelativeAttention if impl == "native" else _FusedRelativeAttention
         return function.apply(q, k, v, rel_k, rel_v, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs)
 

@@ -193,7 +193,7 @@ class _RowKernels:
 
     def chunks(self) -> Iterator[tuple[slice, slice]]:
         heads, batch, q_len, k_len, dim = self.shape
-        return iter(chunks(heads, batch, matrix_bytes(q_len, k_len, dim, 4), self.chunk_bytes))
+        return chunks(heads, batch, matrix_bytes(q_len, k_len, dim, 4), self.chunk_bytes)
 
     def copies(self, hs: slice, bs: slice) -> tuple[Tensor, Tensor, Tensor]:
         """Contiguous head-major copies of the chunk's queries (scaled by d^-1/2), keys and values.
