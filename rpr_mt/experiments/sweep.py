@@ -31,6 +31,7 @@ from typing import Any, Callable, Iterable
 
 from rpr_mt.config import Config, config_to_dict, load_config
 from rpr_mt.errors import UserError
+from rpr_mt.provenance import code_version
 
 TABLE_NAMES = ("positions", "clip", "key_value")
 CLIPS = (0, 1, 2, 4, 16, 64, 256)  # Shaw et al., Table 2
@@ -171,6 +172,7 @@ def is_finished(cfg: Config) -> bool:
 
 def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | None:
     """Train (or resume) one run, then decode dev and test; returns the result, or None if a signal stopped it."""
+    code = code_version()  # the code this process runs: read before the first import of the training modules
     # Deferred imports: planning and --list need no torch.
     import torch
 
@@ -183,7 +185,7 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     run_dir = Path(cfg.train.run_dir)
     prepare(cfg.data, progress=False)
     result = train(cfg, progress=False)
-    _append_invocation(run_dir, result)
+    _append_invocation(run_dir, result, code)
     if result.stopped_by == "signal":
         return None
     which = "average" if cfg.train.average_last > 1 else "last"
@@ -219,20 +221,25 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     return record
 
 
-def _append_invocation(run_dir: Path, result: Any) -> None:
-    """Each train() call's wall clock and tokens, so that a resumed run's totals count every invocation."""
+def _append_invocation(run_dir: Path, result: Any, code: str) -> None:
+    """Each train() call's wall clock, tokens and code version, so that a resumed run's totals count every invocation
+    and a run resumed with other code can be told apart."""
     with open(run_dir / "invocations.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps({"seconds": result.seconds, "target_tokens": result.target_tokens,
-                                 "stopped_by": result.stopped_by, "step": result.step}) + "\n")
+                                 "stopped_by": result.stopped_by, "step": result.step, "code": code}) + "\n")
 
 
-def _training_totals(run_dir: Path) -> dict[str, float]:
+def _training_totals(run_dir: Path) -> dict[str, Any]:
     seconds = tokens = 0.0
+    code: list[str] = []
     for line in (run_dir / "invocations.jsonl").read_text(encoding="utf-8").splitlines():
         entry = json.loads(line)
         seconds += entry["seconds"]
         tokens += entry["target_tokens"]
-    return {"train_seconds": seconds, "tgt_tok_s": tokens / seconds if seconds > 0 else 0.0}
+        version = entry.get("code", "unrecorded")
+        if version not in code:
+            code.append(version)
+    return {"train_seconds": seconds, "tgt_tok_s": tokens / seconds if seconds > 0 else 0.0, "code": code}
 
 
 def run_sweep(

@@ -122,7 +122,24 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
         decoding = sorted({(r["checkpoint"], r["beam_size"], r["length_penalty"]) for r in sweep.results.values()})
         lines.append("Decoding: " + "; ".join(f"{c} checkpoint, beam {b}, length penalty {a}" for c, b, a in decoding))
         lines.append("")
+    lines += _code_lines(sweep)
     return "\n".join(lines)
+
+
+def _code_lines(sweep: SweepResults) -> list[str]:
+    """The code versions the finished runs trained with, and the runs that are not comparable because an invocation
+    ran uncommitted code or the run was resumed with other code."""
+    versions = sorted({v for r in sweep.results.values() for v in r.get("code", ["unrecorded"])})
+    if not versions:
+        return []
+    lines = ["Code: " + ", ".join(f"`{v}`" for v in versions)]
+    suspect = [d for d, r in sorted(sweep.results.items())
+               if len(r.get("code", ["unrecorded"])) > 1
+               or any(v.endswith(".dirty") or v == "unrecorded" for v in r.get("code", ["unrecorded"]))]
+    if suspect:
+        lines.append("Runs with mixed, uncommitted or unrecorded code (not comparable): "
+                     + ", ".join(f"{d} ({' → '.join(sweep.results[d].get('code', ['unrecorded']))})" for d in suspect))
+    return lines + [""]
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:

@@ -15,6 +15,7 @@ from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
 from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
+from rpr_mt.provenance import code_version
 from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.trainer import train
 from tests.train.test_trainer import tiny
@@ -79,6 +80,8 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
             hyps = read_lines(root / directory / f"{split}.hyp")
             assert score(hyps, read_lines(ref_path), lang="xx")["sacrebleu"] == pytest.approx(result[f"{split}_bleu"])
     assert results["base/seed1"]["model"]["positions"] == "relative"
+    # The code of every sweep invocation is recorded (the hand-run first half above was not a sweep invocation).
+    assert results["base/seed1"]["code"] == [code_version()]
     assert results["positions=absolute/seed1"]["model"]["positions"] == "absolute"
     plan = json.loads((root / "plan.json").read_text())
     assert plan["runs"]["base/seed1"]["cells"] == [["positions", "relative"]]

@@ -55,6 +55,20 @@ def test_tables_show_mean_and_std_over_seeds_and_pending_runs(tmp_path):
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in text
 
 
+def test_runs_with_mixed_or_uncommitted_code_are_flagged(tmp_path):
+    _write_sweep(tmp_path, {
+        "base/seed1": ([["clip", "k=16"]], _result("base/seed1", 1, 30.0, 31.0, code=["0.1.0+aaa"])),
+        "clip=0/seed1": ([["clip", "k=0"]], _result("clip=0/seed1", 1, 10.0, 11.0, code=["0.1.0+aaa", "0.1.0+bbb"])),
+        "clip=1/seed1": ([["clip", "k=1"]], _result("clip=1/seed1", 1, 20.0, 21.0, code=["0.1.0+aaa.dirty"])),
+        "clip=2/seed1": ([["clip", "k=2"]], _result("clip=2/seed1", 1, 25.0, 26.0)),  # before versions were recorded
+    })
+    text = render_markdown(load_sweep(tmp_path))
+    assert "Code: `0.1.0+aaa`, `0.1.0+aaa.dirty`, `0.1.0+bbb`, `unrecorded`" in text
+    flagged = next(line for line in text.splitlines() if line.startswith("Runs with mixed"))
+    assert "clip=0/seed1 (0.1.0+aaa → 0.1.0+bbb)" in flagged and "clip=1/seed1" in flagged
+    assert "clip=2/seed1 (unrecorded)" in flagged and "base/seed1" not in flagged
+
+
 def test_plots_are_written(tmp_path):
     pytest.importorskip("matplotlib")
     _write_sweep(tmp_path, {
