@@ -37,8 +37,11 @@ def _decode(model, vocab, sources: list[str], decode) -> tuple[list[str], float]
     return hypotheses, len(sources) / (time.perf_counter() - start)
 
 
-def run_one(config_path: str, overrides: list[str], candidates: list[str], length_penalties: list[float]) -> dict:
-    """Train one config for its budget; choose checkpoint and length penalty on dev; score test once with them."""
+def run_one(
+    config_path: str, overrides: list[str], candidates: list[str], length_penalties: list[float], test: bool = True
+) -> dict:
+    """Train one config for its budget; choose checkpoint and length penalty on dev; score test once with them
+    (unless ``test`` is false: comparing variants on dev must not look at test)."""
     cfg = load_config(config_path, overrides)
     prepare(cfg.data, progress=False)
     shutil.rmtree(cfg.train.run_dir, ignore_errors=True)
@@ -66,25 +69,31 @@ def run_one(config_path: str, overrides: list[str], candidates: list[str], lengt
         for alpha in length_penalties:
             decode = dataclasses.replace(cfg.decode, nbest=1, length_penalty=alpha)
             hypotheses, sent_s = _decode(model, vocab, dev_src, decode)
-            bleu = score(hypotheses, dev_ref, lang=cfg.data.tgt_lang)["sacrebleu"]
+            dev_scores = score(hypotheses, dev_ref, lang=cfg.data.tgt_lang)
+            bleu = dev_scores["sacrebleu"]
+            row["signature"] = dev_scores["sacrebleu_signature"]
             row["dev_grid"].append({"checkpoint": which, "length_penalty": alpha, "dev_bleu": bleu})
             print(f"   dev BLEU {bleu:.2f} with checkpoint {which}, length penalty {alpha}", file=sys.stderr, flush=True)
             if best is None or bleu > best[0]:
                 best = (bleu, which, alpha, str(checkpoint), hypotheses, sent_s, model)
     dev_bleu, which, alpha, checkpoint, dev_hyp, dev_sent_s, model = best
+    row.update(checkpoint=which, checkpoint_path=checkpoint, length_penalty=alpha, dev_bleu=dev_bleu,
+               dev_sent_s=dev_sent_s, dev_bp=sacrebleu.corpus_bleu(dev_hyp, [dev_ref]).bp)
+    Path(cfg.train.run_dir, "dev.hyp").write_text("\n".join(dev_hyp) + "\n", encoding="utf-8")
+    if not test:
+        return row
     decode = dataclasses.replace(cfg.decode, nbest=1, length_penalty=alpha)
     test_src, test_ref = (read_lines(path) for path in splits["test"])
     test_hyp, test_sent_s = _decode(model, vocab, test_src, decode)
     scores = score(test_hyp, test_ref, lang=cfg.data.tgt_lang)
-    row.update(
-        checkpoint=which, checkpoint_path=checkpoint, length_penalty=alpha, dev_bleu=dev_bleu, dev_sent_s=dev_sent_s,
-        dev_bp=sacrebleu.corpus_bleu(dev_hyp, [dev_ref]).bp, test_bleu=scores["sacrebleu"],
-        test_bp=sacrebleu.corpus_bleu(test_hyp, [test_ref]).bp, test_sent_s=test_sent_s,
-        signature=scores["sacrebleu_signature"],
-    )
-    for split, hypotheses in (("dev", dev_hyp), ("test", test_hyp)):
-        Path(cfg.train.run_dir, f"{split}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+    row.update(test_bleu=scores["sacrebleu"], test_bp=sacrebleu.corpus_bleu(test_hyp, [test_ref]).bp,
+               test_sent_s=test_sent_s, signature=scores["sacrebleu_signature"])
+    Path(cfg.train.run_dir, "test.hyp").write_text("\n".join(test_hyp) + "\n", encoding="utf-8")
     return row
+
+
+def _number(row: dict, key: str, spec: str) -> str:
+    return format(row[key], spec) if key in row else "–"
 
 
 def main() -> None:
@@ -95,12 +104,14 @@ def main() -> None:
                         help="checkpoints to try on dev (last, best, average); test is scored with the dev-best")
     parser.add_argument("--length-penalties", nargs="+", type=float, default=[0.6, 1.0, 1.5, 2.0, 2.5, 3.0],
                         help="GNMT length penalties alpha to try on dev")
+    parser.add_argument("--dev-only", action="store_true",
+                        help="do not decode test (for comparing variants; score the chosen one with eval-bleu)")
     parser.add_argument("--json", dest="json_path", help="also write the rows as JSON here")
     args = parser.parse_args()
     rows = []
     for config_path in args.configs:
         print(f"== {config_path}", file=sys.stderr, flush=True)
-        rows.append(run_one(config_path, args.overrides, args.which, args.length_penalties))
+        rows.append(run_one(config_path, args.overrides, args.which, args.length_penalties, test=not args.dev_only))
         print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
     print("| config | positions | precision | updates | epochs | train s | tgt tok/s | peak MB | checkpoint, alpha "
           "(dev-chosen) | dev BLEU | test BLEU | test BP | decode sent/s (test) |")
@@ -108,9 +119,10 @@ def main() -> None:
     for r in rows:
         print(f"| {Path(r['config']).name} | {r['positions']} | {r['precision']} | {r['updates']:,} | {r['epochs']} "
               f"| {r['train_seconds']:.0f} | {r['tgt_tok_s']:,.0f} | {r['peak_mem_mb']:,.0f} "
-              f"| {r['checkpoint']}, {r['length_penalty']} | {r['dev_bleu']:.1f} | {r['test_bleu']:.1f} "
-              f"| {r['test_bp']:.3f} | {r['test_sent_s']:.1f} |")
-    print(f"\nsacreBLEU signature: {rows[0]['signature']}; checkpoint and length penalty chosen on dev among "
+              f"| {r['checkpoint']}, {r['length_penalty']} | {r['dev_bleu']:.1f} | {_number(r, 'test_bleu', '.1f')} "
+              f"| {_number(r, 'test_bp', '.3f')} | {_number(r, 'test_sent_s', '.1f')} |")
+    print(f"\nsacreBLEU signature: {rows[0]['signature']}; checkpoint and length "
+          f"penalty chosen on dev among "
           f"{args.which} x {args.length_penalties}; beam size from each config's decode section")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2), encoding="utf-8")
