@@ -309,13 +309,13 @@ class EosBiased:
         return self._biased(self.model.forward(src, tgt_in))
 
 
-def tiny_model(positions: str, seed: int = 0, eos_bias: float = 0.0):
+def tiny_model(positions: str, seed: int = 0, eos_bias: float = 0.0, norm: str = "post"):
     from rpr_mt.config import ModelConfig
     from rpr_mt.model.transformer import Seq2Seq
 
     torch.manual_seed(seed)
     config = ModelConfig(d_model=32, n_heads=4, encoder_layers=2, decoder_layers=2, ff_dim=64, dropout=0.0,
-                         positions=positions, max_positions=64, clip=3)
+                         positions=positions, max_positions=64, clip=3, norm=norm)
     model = Seq2Seq(config, vocab_size=40, pad_id=0, bos_id=2, eos_id=3).eval()
     return EosBiased(model, eos_bias) if eos_bias else model
 
@@ -328,9 +328,10 @@ def random_sources(seed: int = 0) -> list[list[int]]:
 
 # eos_bias 0: outputs mostly run to the length limit; 1.0: they stop at varied lengths.
 @pytest.mark.parametrize("eos_bias", [0.0, 1.0])
-@pytest.mark.parametrize("positions", POSITION_MODES)
-def test_real_model_cached_equals_full_prefix(positions: str, eos_bias: float) -> None:
-    model = tiny_model(positions, eos_bias=eos_bias)
+@pytest.mark.parametrize("positions, norm", [(p, "post") for p in POSITION_MODES]
+                         + [("relative", "pre"), ("absolute", "pre")])
+def test_real_model_cached_equals_full_prefix(positions: str, norm: str, eos_bias: float) -> None:
+    model = tiny_model(positions, eos_bias=eos_bias, norm=norm)
     src = make_src(random_sources())
     kw = dict(max_len_a=1.0, max_len_b=4)
     assert_same(greedy_search(model, src, **kw), greedy_search(model, src, full_prefix=True, **kw), tol=1e-4)
