@@ -549,7 +549,7 @@ def train(
         )
     if saved_step != step:
         save()
-    if t.average_last > 0 and dd.is_main:
+    if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
         paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
         ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
         logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")

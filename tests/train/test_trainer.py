@@ -172,7 +172,7 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, demo_
     import time
 
     raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 100000, "log_every": 1, "save_every": 100000,
-                                                   "validate_every": 100000})
+                                                   "validate_every": 100000, "average_last": 2})
     config_path = tmp_path / "long.yaml"
     save_config(config_from_dict(raw), config_path)
     command = [sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path), "--no-progress"]
@@ -187,6 +187,8 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, demo_
     assert "run the same command again to resume" in err
     saved = ckpt.list_step_checkpoints(tmp_path / "run")
     assert len(saved) == 1
+    averaged = ckpt.checkpoint_dir(tmp_path / "run") / "checkpoint_avg.pt"
+    assert not averaged.exists()  # averaging waits for the end of the run
     step = ckpt.load_checkpoint(saved[0])["step"]
     assert step >= 3
     raw["train"]["max_steps"] = step + 2
@@ -195,3 +197,4 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, demo_
     assert done.returncode == 0, done.stderr[-2000:]
     assert f"resuming from {saved[0]}" in done.stderr
     assert ckpt.list_step_checkpoints(tmp_path / "run")[-1].name == f"checkpoint_{step + 2:08d}.pt"
+    assert averaged.is_file()
