@@ -25,12 +25,9 @@ import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench_train import SyntheticIds, lengths
-from rpr_mt.config import ModelConfig
+from bench_train import SyntheticIds, add_model_arguments, lengths, training_module
 from rpr_mt.host import keep_freed_memory
-from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches
-from rpr_mt.train.trainer import TranslationLoss
 
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 
@@ -56,12 +53,7 @@ def _timed(fn) -> float:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--positions", default="relative", choices=["relative", "absolute"])
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--ff", type=int, default=1024)
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--max-tokens", type=int, default=4096)
+    add_model_arguments(parser)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--threads", type=int, default=2)
@@ -74,12 +66,7 @@ def main() -> None:
     src, tgt = lengths("multi30k", 6000, np.random.default_rng(0))
     data = SyntheticIds(src, tgt, args.vocab)
     batches = make_batches(data, np.arange(len(data)), args.max_tokens, seed=1, epoch=0)
-    torch.manual_seed(0)
-    cfg = ModelConfig(d_model=args.d_model, n_heads=args.heads, encoder_layers=args.layers,
-                      decoder_layers=args.layers, ff_dim=args.ff, dropout=0.1, attention_dropout=0.1,
-                      positions=args.positions, clip=16, max_positions=256)
-    model = Seq2Seq(cfg, args.vocab)
-    module = TranslationLoss(model, 0.1).train()
+    model, module = training_module(args.positions, args)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
 
     def update(batch) -> None:

@@ -70,12 +70,29 @@ def lengths(regime: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, 
     return src, tgt
 
 
-def measure(positions: str, precision: str, data: SyntheticIds, args) -> float:
+def add_model_arguments(parser: argparse.ArgumentParser) -> None:
+    """The model and batch size options (defaults: the time-to-BLEU model, 4,096-token batches)."""
+    parser.add_argument("--d-model", type=int, default=256)
+    parser.add_argument("--heads", type=int, default=4)
+    parser.add_argument("--layers", type=int, default=3)
+    parser.add_argument("--ff", type=int, default=1024)
+    parser.add_argument("--vocab", type=int, default=8000)
+    parser.add_argument("--max-tokens", type=int, default=4096)
+    parser.add_argument("--attention-dropout", type=float, default=0.1, help="0.1 as in the OpenNMT-py peer setup")
+
+
+def training_module(positions: str, args) -> tuple[Seq2Seq, TranslationLoss]:
+    """The model (k = 16, aK + aV, per-head tables when relative; dropout 0.1) and its label-smoothed loss."""
     torch.manual_seed(0)
     cfg = ModelConfig(d_model=args.d_model, n_heads=args.heads, encoder_layers=args.layers, decoder_layers=args.layers,
-                      ff_dim=args.ff, dropout=0.1, attention_dropout=args.attention_dropout, positions=positions, clip=16, max_positions=256)
+                      ff_dim=args.ff, dropout=0.1, attention_dropout=args.attention_dropout, positions=positions,
+                      clip=16, max_positions=256)
     model = Seq2Seq(cfg, args.vocab)
-    module = TranslationLoss(model, 0.1).train()
+    return model, TranslationLoss(model, 0.1).train()
+
+
+def measure(positions: str, precision: str, data: SyntheticIds, args) -> float:
+    model, module = training_module(positions, args)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     batches = make_batches(data, np.arange(len(data)), args.max_tokens, seed=1, epoch=0)
     device = torch.device("cpu")
@@ -98,13 +115,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--regimes", nargs="+", default=["multi30k", "wmt"])
     parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--ff", type=int, default=1024)
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--attention-dropout", type=float, default=0.1, help="0.1 as in the OpenNMT-py peer setup")
+    add_model_arguments(parser)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
     parser.add_argument("--repeats", type=int, default=3, help="alternating abs/rel measurements; median reported")
