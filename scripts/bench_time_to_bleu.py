@@ -121,8 +121,7 @@ def main() -> None:
               f"| {r['train_seconds']:.0f} | {r['tgt_tok_s']:,.0f} | {r['peak_mem_mb']:,.0f} "
               f"| {r['checkpoint']}, {r['length_penalty']} | {r['dev_bleu']:.1f} | {_number(r, 'test_bleu', '.1f')} "
               f"| {_number(r, 'test_bp', '.3f')} | {_number(r, 'test_sent_s', '.1f')} |")
-    print(f"\nsacreBLEU signature: {rows[0]['signature']}; checkpoint and length "
-          f"penalty chosen on dev among "
+    print(f"\nsacreBLEU signature: {rows[0]['signature']}; checkpoint and length penalty chosen on dev among "
           f"{args.which} x {args.length_penalties}; beam size from each config's decode section")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2), encoding="utf-8")

@@ -129,16 +129,14 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
 def _code_lines(sweep: SweepResults) -> list[str]:
     """The code versions the finished runs trained with, and the runs that are not comparable because an invocation
     ran uncommitted code or the run was resumed with other code."""
-    versions = sorted({v for r in sweep.results.values() for v in r.get("code", ["unrecorded"])})
-    if not versions:
+    code = {d: r.get("code", ["unrecorded"]) for d, r in sorted(sweep.results.items())}  # older runs recorded none
+    if not code:
         return []
-    lines = ["Code: " + ", ".join(f"`{v}`" for v in versions)]
-    suspect = [d for d, r in sorted(sweep.results.items())
-               if len(r.get("code", ["unrecorded"])) > 1
-               or any(v.endswith(".dirty") or v == "unrecorded" for v in r.get("code", ["unrecorded"]))]
+    lines = ["Code: " + ", ".join(f"`{v}`" for v in sorted({v for versions in code.values() for v in versions}))]
+    suspect = [f"{d} ({' → '.join(versions)})" for d, versions in code.items()
+               if len(versions) > 1 or any(v.endswith(".dirty") or v == "unrecorded" for v in versions)]
     if suspect:
-        lines.append("Runs with mixed, uncommitted or unrecorded code (not comparable): "
-                     + ", ".join(f"{d} ({' → '.join(sweep.results[d].get('code', ['unrecorded']))})" for d in suspect))
+        lines.append("Runs with mixed, uncommitted or unrecorded code (not comparable): " + ", ".join(suspect))
     return lines + [""]
 
 
