@@ -18,7 +18,7 @@ from rpr_mt.errors import UserError
 from rpr_mt.experiments.sweep import TABLE_NAMES, table_cells
 
 # Shaw et al. (2018). Table 1: newstest2014 BLEU of the base model, En-De / En-Fr. Tables 2 and 3: newstest2013
-# (dev) BLEU of the En-De base model.
+# (dev) BLEU of the En-De base model. docs/reproduction.md says which of these were checked against the paper.
 PAPER = {
     ("positions", "absolute"): "26.5 / 38.2",
     ("positions", "relative"): "26.8 / 38.7",
