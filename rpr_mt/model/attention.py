@@ -609,12 +609,21 @@ def relative_attention(
         raise ValueError(f"impl must be 'auto', 'native', 'fused' or 'gather', got {impl!r}")
     if k_len == 0:  # nothing to attend to: every row is dead
         return q.new_zeros(q.shape)
+    # Distances j - (i + offset) lie in [-(offset + Lq - 1), Lk - 1 - offset]. Buckets beyond the longest one are
+    # never read, so a clip k above it equals that distance on the table's middle rows (the unused rows get zero
+    # gradients either way). The paper's k = 64 and 256 on ~30-token sentences then do 2L-1 table products, not 2k+1.
+    reach = max(offset + q_len - 1, k_len - 1 - offset)
+    if clip > reach:
+        middle = slice(clip - reach, clip + reach + 1)
+        rel_k = None if rel_k is None else rel_k[..., middle, :]
+        rel_v = None if rel_v is None else rel_v[..., middle, :]
+        clip = reach
 
     device_type = q.device.type
     dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else q.dtype
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    rel_k = None if rel_k is None else rel_k.to(dtype)
-    rel_v = None if rel_v is None else rel_v.to(dtype)
+    rel_k = None if rel_k is None else rel_k.to(dtype).contiguous()
+    rel_v = None if rel_v is None else rel_v.to(dtype).contiguous()
     if impl == "auto":
         impl = "gather" if q_len < _FUSED_MIN_QUERIES else "native" if native_attention.available(q) else "fused"
     elif impl == "native" and not native_attention.available(q):

@@ -73,7 +73,9 @@ CASES = [
     (2, 2, 5, 5, 4, 1, 0, "padding"),
     (2, 2, 6, 6, 4, 3, 0, "causal"),
     (2, 2, 6, 6, 3, 3, 0, "causal+padding"),
-    (1, 3, 4, 4, 3, 8, 0, None),  # clip >= length: nothing is clipped
+    (1, 3, 4, 4, 3, 8, 0, None),  # clip >= length: nothing is clipped (runs on the table's middle rows)
+    (1, 2, 1, 6, 4, 64, 5, "padding"),  # clip far above the longest distance, one cached query
+    (2, 2, 6, 3, 4, 9, 0, "causal"),  # ... with Lq > Lk
     (2, 2, 3, 7, 4, 2, 4, "causal"),  # cached decoding: 3 new queries at positions 4..6
     (1, 2, 1, 6, 4, 3, 5, "padding"),  # one new query
     (2, 1, 4, 6, 4, 1, 0, None),  # Lq < Lk
