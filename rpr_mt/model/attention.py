@@ -622,8 +622,8 @@ def relative_attention(
     device_type = q.device.type
     dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else q.dtype
     q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    rel_k = None if rel_k is None else rel_k.to(dtype).contiguous()
-    rel_v = None if rel_v is None else rel_v.to(dtype).contiguous()
+    rel_k = None if rel_k is None else rel_k.to(dtype)
+    rel_v = None if rel_v is None else rel_v.to(dtype)
     if impl == "auto":
         impl = "gather" if q_len < _FUSED_MIN_QUERIES else "native" if native_attention.available(q) else "fused"
     elif impl == "native" and not native_attention.available(q):
