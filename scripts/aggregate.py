@@ -1,6 +1,9 @@
 """Tables shaped like Shaw et al. (2018), Tables 1-3, and plots, from a sweep root (see scripts/sweep.py).
 
     python scripts/aggregate.py runs/sweep_multi30k_en_de --out docs/results_multi30k_en_de.md --plots docs/img
+
+``--by-length dev`` adds a table of BLEU by source-sentence length (quartile buckets, or ``--length-edges 10,13,16``),
+scored from each finished run's ``dev.hyp``; see rpr_mt/experiments/lengths.py.
 """
 
 from __future__ import annotations
@@ -10,7 +13,15 @@ import sys
 from pathlib import Path
 
 from rpr_mt.errors import UserError
+from rpr_mt.experiments.lengths import render_length_table
 from rpr_mt.experiments.tables import load_sweep, plot, render_markdown
+
+
+def _edges(text: str) -> list[int]:
+    try:
+        return [int(part) for part in text.split(",") if part.strip()]
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,13,16, got '{text}'") from None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -20,10 +31,19 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--title", help="heading of the markdown")
     parser.add_argument("--plots", help="directory for PNG plots (needs matplotlib: pip install 'rpr-mt[plots]')")
     parser.add_argument("--prefix", default="", help="file-name prefix for the plots")
+    parser.add_argument("--by-length", choices=["dev", "test"], help="add BLEU by source length on this split")
+    parser.add_argument("--length-edges", type=_edges, help="first length of each bucket after the first, e.g. 10,13,16 "
+                        "(default: the split's length quartiles)")
+    parser.add_argument("--data-dir", help="prepared data of the runs (default: data.output_dir of their config.yaml)")
     args = parser.parse_args(argv)
     try:
         sweep = load_sweep(args.root)
         text = render_markdown(sweep, args.title)
+        if args.by_length:
+            table = render_length_table(sweep, args.by_length, args.length_edges, args.data_dir)
+            text += (f"\n## BLEU by source length ({args.by_length})\n\nCorpus BLEU of the {args.by_length} sentences "
+                     "whose source has that many words (sentence count in the header), mean ± std over seeds.\n\n"
+                     + table + "\n")
         if args.out:
             Path(args.out).write_text(text + "\n", encoding="utf-8")
         else:

@@ -14,7 +14,9 @@ from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
+from rpr_mt.experiments.lengths import render_length_table
 from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
+from rpr_mt.experiments.tables import load_sweep
 from rpr_mt.provenance import code_version
 from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.trainer import train
@@ -102,6 +104,11 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
     # A different base config must not reuse this root.
     with pytest.raises(UserError, match="another --root"):
         run_sweep(base_config, root, ["positions"], [1], overrides=["train.max_steps=8"], log=messages.append)
+
+    # BLEU by source length, read back from the runs: a single bucket holding every sentence is each run's own BLEU.
+    table = render_length_table(load_sweep(root), "dev", edges=[])
+    assert f"| absolute | 1 | {results['positions=absolute/seed1']['dev_bleu']:.2f} |" in table
+    assert f"| relative | 1 | {results['base/seed1']['dev_bleu']:.2f} |" in table
 
 
 def test_list_prints_one_command_per_run(base_config, tmp_path):
