@@ -3,7 +3,9 @@
     python scripts/aggregate.py runs/sweep_multi30k_en_de --out docs/results_multi30k_en_de.md --plots docs/img
 
 ``--by-length dev`` adds a table of BLEU by source-sentence length (quartile buckets, or ``--length-edges 10,13,16``),
-scored from each finished run's ``dev.hyp``; see rpr_mt/experiments/lengths.py.
+scored from each finished run's ``dev.hyp``; see rpr_mt/experiments/lengths.py. ``--paired-bootstrap dev`` adds each
+cell's BLEU difference to the base run of the same seed with sacreBLEU's paired bootstrap p-value
+(rpr_mt/experiments/significance.py).
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from pathlib import Path
 
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.lengths import render_length_table
+from rpr_mt.experiments.significance import render_significance_table
 from rpr_mt.experiments.tables import load_sweep, plot, render_markdown
 
 
@@ -34,6 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--by-length", choices=["dev", "test"], help="add BLEU by source length on this split")
     parser.add_argument("--length-edges", type=_edges, help="first length of each bucket after the first, e.g. 10,13,16 "
                         "(default: the split's length quartiles)")
+    parser.add_argument("--paired-bootstrap", choices=["dev", "test"],
+                        help="add each cell's BLEU difference to the same seed's base run, with its p-value")
     parser.add_argument("--data-dir", help="prepared data of the runs (default: data.output_dir of their config.yaml)")
     args = parser.parse_args(argv)
     try:
@@ -43,6 +48,12 @@ def main(argv: list[str] | None = None) -> int:
             table = render_length_table(sweep, args.by_length, args.length_edges, args.data_dir)
             text += (f"\n## BLEU by source length ({args.by_length})\n\nCorpus BLEU of the {args.by_length} sentences "
                      "whose source has that many words (sentence count in the header), mean ± std over seeds.\n\n"
+                     + table + "\n")
+        if args.paired_bootstrap:
+            table = render_significance_table(sweep, args.paired_bootstrap, args.data_dir)
+            text += (f"\n## Paired bootstrap against the base run ({args.paired_bootstrap})\n\nEach cell's "
+                     f"{args.paired_bootstrap} BLEU minus that of the base run with the same seed (mean ± std over "
+                     "seeds), and the two-sided p-value of sacreBLEU's paired bootstrap resampling for each seed.\n\n"
                      + table + "\n")
         if args.out:
             Path(args.out).write_text(text + "\n", encoding="utf-8")

@@ -18,7 +18,7 @@ from typing import Sequence
 from sacrebleu.metrics import BLEU
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.sweep import TABLE_NAMES, table_cells
+from rpr_mt.experiments.outputs import cell_rows, load_split_outputs
 from rpr_mt.experiments.tables import SweepResults, mean_std
 
 
@@ -72,58 +72,17 @@ def bleu_by_length(
     return scores
 
 
-def _run_data_dir(run_dir: Path) -> Path:
-    from rpr_mt.config import load_config
-
-    config_path = run_dir / "config.yaml"
-    if not config_path.is_file():
-        raise UserError(f"{config_path} not found: pass --data-dir to say where the prepared data is")
-    data_dir = Path(load_config(config_path).data.output_dir)
-    if not data_dir.is_dir():
-        raise UserError(f"data directory {data_dir} (from {config_path}) not found: run from the directory the "
-                        "sweep ran in, or pass --data-dir")
-    return data_dir
-
-
 def render_length_table(
     sweep: SweepResults, split: str, edges: Sequence[int] | None = None, data_dir: str | Path | None = None
 ) -> str:
     """Markdown: one row per distinct set of finished runs (cells that share runs are one row), one column per
     source-length bucket, mean ± std of the bucket BLEU over seeds. ``edges`` default to the split's quartiles."""
-    from rpr_mt.data.prepare import reference_files
-    from rpr_mt.decode.translate import read_lines
-
-    if split not in ("dev", "test"):
-        raise UserError(f"--by-length takes dev or test, not '{split}'")
-    finished = sorted(sweep.results)
-    if not finished:
-        raise UserError(f"no finished runs under {sweep.root}")
-    data_dirs = {Path(data_dir)} if data_dir is not None else {_run_data_dir(sweep.root / r) for r in finished}
-    if len(data_dirs) > 1:
-        raise UserError(f"the runs use different data directories ({', '.join(map(str, sorted(data_dirs)))}): "
-                        "their length buckets are not comparable")
-    src_path, ref_path = reference_files(data_dirs.pop(), split)
-    sources, references = read_lines(src_path), read_lines(ref_path)
-    buckets = buckets_from_edges(edges if edges is not None else quartile_edges([len(s.split()) for s in sources]))
-
-    per_run: dict[str, list[tuple[int, float | None]]] = {}
-    for run in finished:
-        hyp_path = sweep.root / run / f"{split}.hyp"
-        if not hyp_path.is_file():
-            raise UserError(f"{hyp_path} not found: the run finished but its {split} translation is missing")
-        hypotheses = read_lines(hyp_path)
-        if len(hypotheses) != len(sources):
-            raise UserError(f"{hyp_path} has {len(hypotheses)} lines, {src_path} has {len(sources)}")
-        per_run[run] = bleu_by_length(sources, hypotheses, references, buckets)
-
-    # Cells in table order; cells backed by the same runs (relative = k=16 = aV+aK) become one row.
-    rows: dict[tuple[str, ...], list[str]] = {}
-    for table in TABLE_NAMES:
-        for cell in table_cells(table):
-            results = sweep.cells.get((cell.table, cell.label))
-            runs = tuple(sorted(r for r in results.runs if r in per_run)) if results else ()
-            if runs:
-                rows.setdefault(runs, []).append(cell.label)
+    outputs = load_split_outputs(sweep, split, data_dir)
+    lengths = [len(s.split()) for s in outputs.sources]
+    buckets = buckets_from_edges(edges if edges is not None else quartile_edges(lengths))
+    per_run = {run: bleu_by_length(outputs.sources, hyps, outputs.references, buckets)
+               for run, hyps in outputs.hypotheses.items()}
+    rows = cell_rows(sweep, per_run)
     counts = next(iter(per_run.values()))
     header = " | ".join(f"{b.label} words ({n})" for b, (n, _) in zip(buckets, counts))
     lines = [f"| cell | seeds | {header} |", "|---|---|" + "---|" * len(buckets)]

@@ -58,6 +58,7 @@ class SweepResults:
     cells: dict[tuple[str, str], CellResults]
     planned: list[str]  # every run directory of the plan
     results: dict[str, dict[str, Any]]  # run directory -> result.json of the finished ones
+    entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # run directory -> plan entry (seed, overrides)
 
     def signatures(self) -> list[str]:
         return sorted({r["signature"] for r in self.results.values() if "signature" in r})
@@ -81,7 +82,8 @@ def load_sweep(root: str | Path) -> SweepResults:
             cell.runs.append(run_dir)
             if result is not None:
                 cell.results.append(result)
-    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, list(plan["runs"]), results)
+    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, list(plan["runs"]), results,
+                        plan["runs"])
 
 
 def mean_std(values: list[float], digits: int = 2) -> str:

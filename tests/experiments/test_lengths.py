@@ -56,7 +56,7 @@ def test_bleu_by_length_scores_each_bucket_as_its_own_corpus():
         bleu_by_length(sources, hypotheses[:2], references, buckets_from_edges([]))
 
 
-def _sweep_with_hypotheses(root: Path, data_dir: Path) -> dict[str, list[str]]:
+def sweep_with_hypotheses(root: Path, data_dir: Path) -> dict[str, list[str]]:
     """Two seeds of 'relative' (= k=16) and one of 'absolute', each with a dev.hyp; sources of 4 and 12 words."""
     data_dir.mkdir()
     (data_dir / "manifest.json").write_text(json.dumps({"src_lang": "en", "tgt_lang": "de", "splits": ["dev"]}))
@@ -74,17 +74,18 @@ def _sweep_with_hypotheses(root: Path, data_dir: Path) -> dict[str, list[str]]:
     cells = {"base": [["positions", "relative"], ["clip", "k=16"]], "positions=absolute": [["positions", "absolute"]]}
     plan = {"config": "configs/x.yaml", "overrides": [], "runs": {}}
     for run, hyps in hypotheses.items():
-        plan["runs"][run] = {"seed": int(run[-1]), "overrides": [], "cells": cells[run.split("/")[0]]}
+        overrides = [] if run.startswith("base/") else ["model.positions=absolute"]
+        plan["runs"][run] = {"seed": int(run[-1]), "overrides": overrides, "cells": cells[run.split("/")[0]]}
         (root / run).mkdir(parents=True)
         (root / run / "dev.hyp").write_text("\n".join(hyps) + "\n")
         (root / run / "result.json").write_text(json.dumps(_result(run, int(run[-1]), 0.0, 0.0)))
-    plan["runs"]["clip=0/seed1"] = {"seed": 1, "overrides": [], "cells": [["clip", "k=0"]]}  # not finished
+    plan["runs"]["clip=0/seed1"] = {"seed": 1, "overrides": ["model.clip=0"], "cells": [["clip", "k=0"]]}  # unfinished
     (root / "plan.json").write_text(json.dumps(plan))
     return {"sources": sources, "references": references, **hypotheses}
 
 
 def test_length_table_averages_bucket_bleu_over_seeds(tmp_path):
-    data = _sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
     table = render_length_table(load_sweep(tmp_path / "sweep"), "dev", [5], data_dir=tmp_path / "data")
     buckets = buckets_from_edges([5])
 
@@ -103,7 +104,7 @@ def test_length_table_averages_bucket_bleu_over_seeds(tmp_path):
 
 
 def test_length_table_errors_name_the_file(tmp_path):
-    _sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
     sweep = load_sweep(tmp_path / "sweep")
     with pytest.raises(UserError, match=r"base/seed1/config\.yaml not found: pass --data-dir"):
         render_length_table(sweep, "dev")
@@ -116,7 +117,7 @@ def test_length_table_errors_name_the_file(tmp_path):
 
 
 def test_aggregate_by_length_cli(tmp_path):
-    _sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
     args = [sys.executable, "scripts/aggregate.py", str(tmp_path / "sweep"), "--by-length", "dev",
             "--data-dir", str(tmp_path / "data")]
     done = subprocess.run(args + ["--length-edges", "5"], cwd=REPO, capture_output=True, text=True, timeout=120)

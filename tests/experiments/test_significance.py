@@ -1,0 +1,70 @@
+"""Paired bootstrap against the base run: clear and unclear differences, and the per-seed sweep table."""
+
+from __future__ import annotations
+
+import json
+import random
+import statistics
+
+import pytest
+
+from rpr_mt.errors import UserError
+from rpr_mt.experiments.significance import paired_bootstrap, render_significance_table
+from rpr_mt.experiments.tables import load_sweep, mean_std
+from tests.experiments.test_lengths import sweep_with_hypotheses
+
+WORDS = "ein hund eine katze der mann die frau spielt läuft auf dem gras im park mit einem ball".split()
+
+
+def _corpus(n: int, seed: int = 0) -> list[str]:
+    rng = random.Random(seed)
+    return [" ".join(rng.choice(WORDS) for _ in range(rng.randint(6, 12))) for _ in range(n)]
+
+
+def test_a_clearly_better_system_is_significant_and_a_near_copy_is_not():
+    references = _corpus(200)
+    garbled = _corpus(200, seed=1)  # unrelated sentences from the same words
+    good = [r if i % 4 else g for i, (r, g) in enumerate(zip(references, garbled))]  # 3 in 4 exact
+    delta, p = paired_bootstrap(garbled, good, references)
+    assert delta > 30 and p < 0.01
+    # The same system with one sentence swapped: a small difference, well within resampling noise.
+    near = list(good)
+    near[1] = garbled[1]
+    delta, p = paired_bootstrap(good, near, references)
+    assert -2 < delta < 0 and p > 0.05
+    with pytest.raises(UserError, match="line-aligned"):
+        paired_bootstrap(good, near[:-1], references)
+
+
+def test_table_compares_each_seed_with_its_own_base_run(tmp_path):
+    data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=200)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
+    assert rows["relative = k=16"] == "| relative = k=16 | 2 | base | |"
+    # absolute/seed1 is compared with base/seed1 only (there is no absolute/seed2).
+    delta, p = paired_bootstrap(data["base/seed1"], data["positions=absolute/seed1"], data["references"], 200)
+    assert delta < 0
+    assert rows["absolute"] == f"| absolute | 1 | {mean_std([delta])} | {p:.3f} (seed 1) |"
+    assert "k=0" not in rows  # not finished
+
+
+def test_cells_without_a_base_run_of_their_seed_are_not_compared(tmp_path):
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    plan_path = tmp_path / "sweep" / "plan.json"
+    plan = json.loads(plan_path.read_text())
+    plan["runs"]["positions=absolute/seed1"]["seed"] = 3  # as if it had been seed 3, which has no base run
+    plan_path.write_text(json.dumps(plan))
+    table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=50)
+    assert "| absolute | 0 | – | – |" in table
+    for run in ("base/seed1", "base/seed2"):
+        plan["runs"][run]["overrides"] = ["model.clip=4"]
+    plan_path.write_text(json.dumps(plan))
+    with pytest.raises(UserError, match="no finished base run"):
+        render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=50)
+
+
+def test_signed_mean_of_deltas():
+    from rpr_mt.experiments.significance import _signed
+
+    assert _signed([0.5, 1.5]) == f"+1.00 ± {statistics.stdev([0.5, 1.5]):.2f}"
+    assert _signed([-0.25]) == "-0.25" and _signed([]) == "–"
