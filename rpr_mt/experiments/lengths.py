@@ -1,7 +1,7 @@
 """BLEU by source-sentence length, per sweep cell: where in the length range a position representation helps or hurts.
 
-A corpus BLEU hides how a model does on long inputs when most sentences are short (Multi30k captions are ~12 words,
-WMT14 news ~25). Splitting the sentences of one split into source-length buckets and scoring each bucket as a corpus
+A corpus BLEU hides how a model does on long inputs when most sentences are short (Multi30k's dev and test captions
+average 12 words). Splitting the sentences of one split into source-length buckets and scoring each bucket as a corpus
 of its own shows, for example, whether the loss of a model without order information (k = 0) grows with length.
 
 Lengths are whitespace words of the cleaned source text (what ``translate`` reads), not subwords, so buckets do not
@@ -24,7 +24,7 @@ from rpr_mt.experiments.tables import SweepResults, mean_std
 
 @dataclass(frozen=True)
 class Bucket:
-    low: int  # inclusive, in source words
+    low: int  # inclusive, in source words; 0 for the first bucket
     high: int | None  # inclusive; None = no upper bound
 
     def contains(self, length: int) -> bool:
@@ -34,14 +34,16 @@ class Bucket:
     def label(self) -> str:
         if self.high is None:
             return f"≥ {self.low}"
+        if self.low == 0:
+            return f"≤ {self.high}"
         return f"{self.low}" if self.low == self.high else f"{self.low}–{self.high}"
 
 
 def buckets_from_edges(edges: Sequence[int]) -> list[Bucket]:
-    """``[10, 13, 16]`` -> 1–9, 10–12, 13–15, ≥ 16 words: each edge is the first length of a new bucket."""
+    """``[10, 13, 16]`` -> ≤ 9, 10–12, 13–15, ≥ 16 words: each edge is the first length of a new bucket."""
     if any(e < 2 for e in edges) or list(edges) != sorted(set(edges)):
         raise UserError(f"length edges must be increasing integers >= 2, got {list(edges)}")
-    starts = [1, *edges]
+    starts = [0, *edges]
     return [Bucket(lo, hi - 1) for lo, hi in zip(starts, starts[1:])] + [Bucket(starts[-1], None)]
 
 

@@ -20,10 +20,10 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_edges_start_new_buckets():
     buckets = buckets_from_edges([10, 13, 16])
-    assert buckets == [Bucket(1, 9), Bucket(10, 12), Bucket(13, 15), Bucket(16, None)]
-    assert [b.label for b in buckets] == ["1–9", "10–12", "13–15", "≥ 16"]
-    assert buckets_from_edges([2]) == [Bucket(1, 1), Bucket(2, None)] and Bucket(1, 1).label == "1"
-    assert buckets_from_edges([]) == [Bucket(1, None)]
+    assert buckets == [Bucket(0, 9), Bucket(10, 12), Bucket(13, 15), Bucket(16, None)]
+    assert [b.label for b in buckets] == ["≤ 9", "10–12", "13–15", "≥ 16"]
+    assert buckets_from_edges([2, 3]) == [Bucket(0, 1), Bucket(2, 2), Bucket(3, None)] and Bucket(2, 2).label == "2"
+    assert buckets_from_edges([]) == [Bucket(0, None)] and buckets[0].contains(0)  # an empty source still counts
     for bad in ([13, 10], [10, 10], [1]):
         with pytest.raises(UserError, match="increasing integers"):
             buckets_from_edges(bad)
@@ -95,7 +95,7 @@ def test_length_table_averages_bucket_bleu_over_seeds(tmp_path):
     seed1, seed2 = bucket_bleu("base/seed1"), bucket_bleu("base/seed2")
     assert seed1[0] == pytest.approx(100.0) and seed2[1] < seed1[1]  # the long bucket differs between seeds
     lines = table.splitlines()
-    assert lines[0] == "| cell | seeds | 1–4 words (2) | ≥ 5 words (2) |"
+    assert lines[0] == "| cell | seeds | ≤ 4 words (2) | ≥ 5 words (2) |"
     # Cells backed by the same runs are one row; unfinished cells have no row.
     assert f"| absolute | 1 | {mean_std([bucket_bleu('positions=absolute/seed1')[0]])} | 0.00 |" in lines
     relative = [line for line in lines if line.startswith("| relative = k=16 |")]
@@ -123,6 +123,6 @@ def test_aggregate_by_length_cli(tmp_path):
     done = subprocess.run(args + ["--length-edges", "5"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "## BLEU by source length (dev)" in done.stdout
-    assert "| cell | seeds | 1–4 words (2) | ≥ 5 words (2) |" in done.stdout
+    assert "| cell | seeds | ≤ 4 words (2) | ≥ 5 words (2) |" in done.stdout
     bad = subprocess.run(args + ["--length-edges", "5,x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr and "Traceback" not in bad.stderr
