@@ -15,7 +15,7 @@ import sys
 from pathlib import Path
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.lengths import render_length_table
+from rpr_mt.experiments.lengths import length_table, plot_length_table, render_length_table
 from rpr_mt.experiments.significance import render_significance_table
 from rpr_mt.experiments.tables import load_sweep, plot, render_markdown
 
@@ -45,7 +45,10 @@ def main(argv: list[str] | None = None) -> int:
         sweep = load_sweep(args.root)
         text = render_markdown(sweep, args.title)
         if args.by_length:
-            table = render_length_table(sweep, args.by_length, args.length_edges, args.data_dir)
+            lengths = length_table(sweep, args.by_length, args.length_edges, args.data_dir)
+            table = render_length_table(lengths)
+            if args.plots:
+                print(f"wrote {plot_length_table(lengths, args.plots, args.prefix)}", file=sys.stderr)
             text += (f"\n## BLEU by source length ({args.by_length})\n\nCorpus BLEU of the {args.by_length} sentences "
                      "whose source has that many words (sentence count in the header), mean ± std over seeds.\n\n"
                      + table + "\n")

@@ -19,7 +19,7 @@ from sacrebleu.metrics import BLEU
 
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.outputs import cell_rows, load_split_outputs
-from rpr_mt.experiments.tables import SweepResults, mean_std
+from rpr_mt.experiments.tables import SweepResults, mean_std, pyplot
 
 
 @dataclass(frozen=True)
@@ -74,24 +74,59 @@ def bleu_by_length(
     return scores
 
 
-def render_length_table(
+@dataclass
+class LengthTable:
+    split: str
+    buckets: list[Bucket]
+    counts: list[int]  # sentences per bucket
+    rows: list[tuple[str, list[list[float]]]]  # (cell labels, per bucket: the BLEU of each seed)
+
+
+def length_table(
     sweep: SweepResults, split: str, edges: Sequence[int] | None = None, data_dir: str | Path | None = None
-) -> str:
-    """Markdown: one row per distinct set of finished runs (cells that share runs are one row), one column per
-    source-length bucket, mean ± std of the bucket BLEU over seeds. ``edges`` default to the split's quartiles."""
+) -> LengthTable:
+    """Bucket BLEU of every finished run, one row per distinct set of runs (cells that share runs are one row).
+    ``edges`` default to the quartiles of the split's source lengths."""
     outputs = load_split_outputs(sweep, split, data_dir)
     lengths = [len(s.split()) for s in outputs.sources]
     buckets = buckets_from_edges(edges if edges is not None else quartile_edges(lengths))
     per_run = {run: bleu_by_length(outputs.sources, hyps, outputs.references, buckets)
                for run, hyps in outputs.hypotheses.items()}
-    rows = cell_rows(sweep, per_run)
-    counts = next(iter(per_run.values()))
-    header = " | ".join(f"{b.label} words ({n})" for b, (n, _) in zip(buckets, counts))
-    lines = [f"| cell | seeds | {header} |", "|---|---|" + "---|" * len(buckets)]
-    for runs, labels in rows.items():
-        values = []
-        for i in range(len(buckets)):
-            scores = [per_run[r][i][1] for r in runs]
-            values.append(mean_std([s for s in scores if s is not None]))
-        lines.append(f"| {' = '.join(labels)} | {len(runs)} | " + " | ".join(values) + " |")
+    counts = [n for n, _ in next(iter(per_run.values()))]
+    rows = []
+    for runs, labels in cell_rows(sweep, per_run).items():
+        scores = [[per_run[r][i][1] for r in runs if per_run[r][i][1] is not None] for i in range(len(buckets))]
+        rows.append((" = ".join(labels), scores))
+    return LengthTable(split, buckets, counts, rows)
+
+
+def render_length_table(table: LengthTable) -> str:
+    """Markdown: one row per cell, one column per bucket, mean ± std of the bucket BLEU over seeds."""
+    header = " | ".join(f"{b.label} words ({n})" for b, n in zip(table.buckets, table.counts))
+    lines = [f"| cell | seeds | {header} |", "|---|---|" + "---|" * len(table.buckets)]
+    for label, scores in table.rows:
+        seeds = max(len(s) for s in scores)
+        lines.append(f"| {label} | {seeds} | " + " | ".join(mean_std(s) for s in scores) + " |")
     return "\n".join(lines)
+
+
+def plot_length_table(table: LengthTable, out_dir: str | Path, prefix: str = "") -> Path:
+    """Mean bucket BLEU against source length, one line per cell, as ``<prefix>bleu_by_length.png``."""
+    plt = pyplot()
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    x = list(range(len(table.buckets)))
+    for i, (label, scores) in enumerate(table.rows):
+        means = [statistics.mean(s) if s else float("nan") for s in scores]
+        # 10 colours, then the same colours dashed: Tables 1-3 have 11 distinct rows.
+        ax.plot(x, means, marker="o", linewidth=1.2, color=f"C{i % 10}", linestyle="-" if i < 10 else "--", label=label)
+    ax.set_xticks(x, [f"{b.label}\n({n})" for b, n in zip(table.buckets, table.counts)])
+    ax.set(xlabel="source words (sentences)", ylabel=f"{table.split} BLEU of the bucket",
+           title=f"{table.split} BLEU by source length (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=7, ncol=2)
+    path = Path(out_dir) / f"{prefix}bleu_by_length.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(path, dpi=120)
+    plt.close(fig)
+    return path

@@ -149,8 +149,8 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
 
 
-def plot(sweep: SweepResults, out_dir: str | Path, prefix: str = "") -> list[Path]:
-    """BLEU vs k (if the clip table has results) and dev BLEU / dev loss vs update per run, as PNG files."""
+def pyplot() -> Any:
+    """matplotlib.pyplot on the file-only Agg backend, or a UserError saying how to install it (an optional extra)."""
     try:
         import matplotlib
 
@@ -158,6 +158,12 @@ def plot(sweep: SweepResults, out_dir: str | Path, prefix: str = "") -> list[Pat
         import matplotlib.pyplot as plt
     except ImportError as exc:
         raise UserError("plots need matplotlib: pip install 'rpr-mt[plots]'") from exc
+    return plt
+
+
+def plot(sweep: SweepResults, out_dir: str | Path, prefix: str = "") -> list[Path]:
+    """BLEU vs k (if the clip table has results) and dev BLEU / dev loss vs update per run, as PNG files."""
+    plt = pyplot()
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     written: list[Path] = []

@@ -11,7 +11,8 @@ import pytest
 from sacrebleu.metrics import BLEU
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.lengths import Bucket, bleu_by_length, buckets_from_edges, quartile_edges, render_length_table
+from rpr_mt.experiments.lengths import (Bucket, bleu_by_length, buckets_from_edges, length_table, plot_length_table,
+                                        quartile_edges, render_length_table)
 from rpr_mt.experiments.tables import load_sweep, mean_std
 from tests.experiments.test_tables import _result
 
@@ -86,7 +87,7 @@ def sweep_with_hypotheses(root: Path, data_dir: Path) -> dict[str, list[str]]:
 
 def test_length_table_averages_bucket_bleu_over_seeds(tmp_path):
     data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
-    table = render_length_table(load_sweep(tmp_path / "sweep"), "dev", [5], data_dir=tmp_path / "data")
+    table = render_length_table(length_table(load_sweep(tmp_path / "sweep"), "dev", [5], data_dir=tmp_path / "data"))
     buckets = buckets_from_edges([5])
 
     def bucket_bleu(run: str) -> list[float]:
@@ -107,13 +108,13 @@ def test_length_table_errors_name_the_file(tmp_path):
     sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
     sweep = load_sweep(tmp_path / "sweep")
     with pytest.raises(UserError, match=r"base/seed1/config\.yaml not found: pass --data-dir"):
-        render_length_table(sweep, "dev")
+        length_table(sweep, "dev")
     (tmp_path / "sweep" / "base/seed2" / "dev.hyp").write_text("too short\n")
     with pytest.raises(UserError, match=r"seed2/dev\.hyp has 1 lines, .*dev\.en has 4"):
-        render_length_table(sweep, "dev", data_dir=tmp_path / "data")
+        length_table(sweep, "dev", data_dir=tmp_path / "data")
     (tmp_path / "sweep" / "base/seed2" / "dev.hyp").unlink()
     with pytest.raises(UserError, match=r"seed2/dev\.hyp not found"):
-        render_length_table(sweep, "dev", data_dir=tmp_path / "data")
+        length_table(sweep, "dev", data_dir=tmp_path / "data")
 
 
 def test_aggregate_by_length_cli(tmp_path):
@@ -126,3 +127,11 @@ def test_aggregate_by_length_cli(tmp_path):
     assert "| cell | seeds | ≤ 4 words (2) | ≥ 5 words (2) |" in done.stdout
     bad = subprocess.run(args + ["--length-edges", "5,x"], cwd=REPO, capture_output=True, text=True, timeout=120)
     assert bad.returncode == 2 and "comma-separated integers" in bad.stderr and "Traceback" not in bad.stderr
+
+
+def test_length_plot_is_written(tmp_path):
+    pytest.importorskip("matplotlib")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    table = length_table(load_sweep(tmp_path / "sweep"), "dev", [5], data_dir=tmp_path / "data")
+    path = plot_length_table(table, tmp_path / "img", prefix="m30k_")
+    assert path == tmp_path / "img" / "m30k_bleu_by_length.png" and path.read_bytes().startswith(b"\x89PNG")

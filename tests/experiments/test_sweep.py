@@ -14,7 +14,7 @@ from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
-from rpr_mt.experiments.lengths import render_length_table
+from rpr_mt.experiments.lengths import length_table, render_length_table
 from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
 from rpr_mt.experiments.tables import load_sweep
 from rpr_mt.provenance import code_version
@@ -106,7 +106,7 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
         run_sweep(base_config, root, ["positions"], [1], overrides=["train.max_steps=8"], log=messages.append)
 
     # BLEU by source length, read back from the runs: a single bucket holding every sentence is each run's own BLEU.
-    table = render_length_table(load_sweep(root), "dev", edges=[])
+    table = render_length_table(length_table(load_sweep(root), "dev", edges=[]))
     assert f"| absolute | 1 | {results['positions=absolute/seed1']['dev_bleu']:.2f} |" in table
     assert f"| relative | 1 | {results['base/seed1']['dev_bleu']:.2f} |" in table
 
