@@ -14,8 +14,6 @@ from rpr_mt.experiments.tables import SweepResults
 
 @dataclass
 class SplitOutputs:
-    split: str
-    source_path: Path
     sources: list[str]
     references: list[str]
     hypotheses: dict[str, list[str]]  # finished run directory -> its <split>.hyp lines
@@ -59,7 +57,7 @@ def load_split_outputs(sweep: SweepResults, split: str, data_dir: str | Path | N
         hypotheses[run] = read_lines(hyp_path)
         if len(hypotheses[run]) != len(sources):
             raise UserError(f"{hyp_path} has {len(hypotheses[run])} lines, {src_path} has {len(sources)}")
-    return SplitOutputs(split, src_path, sources, references, hypotheses)
+    return SplitOutputs(sources, references, hypotheses)
 
 
 def cell_rows(sweep: SweepResults, runs: Collection[str]) -> dict[tuple[str, ...], list[str]]:

@@ -56,9 +56,12 @@ class SweepResults:
     config: str
     overrides: list[str]
     cells: dict[tuple[str, str], CellResults]
-    planned: list[str]  # every run directory of the plan
+    entries: dict[str, dict[str, Any]]  # every run directory of the plan -> its plan entry (seed, overrides, cells)
     results: dict[str, dict[str, Any]]  # run directory -> result.json of the finished ones
-    entries: dict[str, dict[str, Any]] = field(default_factory=dict)  # run directory -> plan entry (seed, overrides)
+
+    @property
+    def planned(self) -> list[str]:
+        return list(self.entries)
 
     def signatures(self) -> list[str]:
         return sorted({r["signature"] for r in self.results.values() if "signature" in r})
@@ -82,8 +85,7 @@ def load_sweep(root: str | Path) -> SweepResults:
             cell.runs.append(run_dir)
             if result is not None:
                 cell.results.append(result)
-    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, list(plan["runs"]), results,
-                        plan["runs"])
+    return SweepResults(root, plan["config"], plan.get("overrides", []), cells, plan["runs"], results)
 
 
 def mean_std(values: list[float], digits: int = 2) -> str:
