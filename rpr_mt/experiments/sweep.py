@@ -222,20 +222,25 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
 
 
 def _append_invocation(run_dir: Path, result: Any, code: str) -> None:
-    """Each train() call's wall clock, tokens and code version, so that a resumed run's totals count every invocation
-    and a run resumed with other code can be told apart."""
+    """Each train() call's wall clock, tokens and code version (a run resumed with other code can be told apart), and
+    the run's totals so far as its checkpoints carry them."""
     with open(run_dir / "invocations.jsonl", "a", encoding="utf-8") as handle:
         handle.write(json.dumps({"seconds": result.seconds, "target_tokens": result.target_tokens,
+                                 "run_seconds": result.run_seconds, "run_target_tokens": result.run_target_tokens,
                                  "stopped_by": result.stopped_by, "step": result.step, "code": code}) + "\n")
 
 
 def _training_totals(run_dir: Path) -> dict[str, Any]:
-    seconds = tokens = 0.0
+    """Training time and throughput of the whole run. The last invocation's run totals come from the checkpoints, so
+    they also count an invocation killed before it could append its line; older records without them are summed."""
+    entries = [json.loads(line) for line in (run_dir / "invocations.jsonl").read_text(encoding="utf-8").splitlines()]
+    if entries[-1].get("run_target_tokens") is not None:
+        seconds, tokens = entries[-1]["run_seconds"], entries[-1]["run_target_tokens"]
+    else:
+        seconds = sum(entry["seconds"] for entry in entries)
+        tokens = sum(entry["target_tokens"] for entry in entries)
     code: list[str] = []
-    for line in (run_dir / "invocations.jsonl").read_text(encoding="utf-8").splitlines():
-        entry = json.loads(line)
-        seconds += entry["seconds"]
-        tokens += entry["target_tokens"]
+    for entry in entries:
         version = entry.get("code", "unrecorded")
         if version not in code:
             code.append(version)

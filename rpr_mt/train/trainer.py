@@ -63,6 +63,11 @@ class TrainResult:
     target_tokens: int = 0  # target tokens trained on in this invocation (all ranks)
     seconds: float = 0.0  # wall-clock seconds of this invocation, start-up and validation included
     peak_memory_mb: float = 0.0
+    # The whole run's totals: this invocation plus those before it, as carried by the checkpoint it resumed from. They
+    # count an earlier invocation that was killed before it could report (its work up to its last checkpoint).
+    # run_target_tokens is None when that checkpoint predates the count.
+    run_seconds: float = 0.0
+    run_target_tokens: int | None = 0
 
 
 class TranslationLoss(nn.Module):
@@ -349,6 +354,7 @@ def train(
 
     # -- resume -----------------------------------------------------------------------------------------------------
     step, epoch, position, elapsed_before = 0, 0, 0, 0.0
+    tokens_before: int | None = 0  # target tokens of the invocations before this one (None: not recorded)
     schedule_origin: float | None = None  # elapsed seconds at the first update (the budget schedule's zero)
     best_bleu: float | None = None
     best_loss = math.inf
@@ -368,6 +374,7 @@ def train(
             torch.cuda.set_rng_state(state["rng"]["cuda"], device)
         step, epoch, position = state["step"], state["epoch"], state["position"]
         elapsed_before = state["elapsed"]
+        tokens_before = state.get("target_tokens")
         schedule_origin = state.get("schedule_origin")
         best_bleu, best_loss = state.get("best_bleu"), state.get("best_loss", math.inf)
         bad_validations = state.get("bad_validations", 0)
@@ -389,6 +396,7 @@ def train(
             "epoch": epoch,
             "position": position,
             "elapsed": elapsed_before + (time.monotonic() - start_time),
+            "target_tokens": None if tokens_before is None else tokens_before + total_target_tokens,
             "schedule_origin": schedule_origin,
             "config": config_to_dict(cfg),
             "vocab": vocab_info,
@@ -560,8 +568,10 @@ def train(
     )
     logger.close()
     dd.barrier()
+    seconds = time.monotonic() - start_time
     return TrainResult(run_dir, step, epoch, stopped_by, best_bleu, last_saved, n_params, total_target_tokens,
-                       time.monotonic() - start_time, _peak_memory_mb(device))
+                       seconds, _peak_memory_mb(device), elapsed_before + seconds,
+                       None if tokens_before is None else tokens_before + total_target_tokens)
 
 
 def _fused_adam_ok(device: torch.device) -> bool:

@@ -67,7 +67,7 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
     base_run = runs[1]
     cfg = run_config(base_config, [], base_run, root)
     partial = config_from_dict({**_raw(cfg), "train": {**_raw(cfg)["train"], "max_steps": 6}})
-    train(partial, progress=False)
+    first_half = train(partial, progress=False)
     assert [p.name for p in ckpt.list_step_checkpoints(cfg.train.run_dir)][-1] == "checkpoint_00000006.pt"
 
     messages: list[str] = []
@@ -85,6 +85,13 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
     # The code of every sweep invocation is recorded (the hand-run first half above was not a sweep invocation).
     assert results["base/seed1"]["code"] == [code_version()]
     assert results["positions=absolute/seed1"]["model"]["positions"] == "absolute"
+    # Training totals count the first half too, though it left no line in invocations.jsonl (as a killed run would
+    # not): both runs trained on the same batches (same data and seed), so the same number of target tokens.
+    base_result, absolute_result = results["base/seed1"], results["positions=absolute/seed1"]
+    assert len((root / "base/seed1" / "invocations.jsonl").read_text().splitlines()) == 1
+    assert base_result["train_seconds"] > first_half.seconds
+    assert (base_result["tgt_tok_s"] * base_result["train_seconds"]
+            == pytest.approx(absolute_result["tgt_tok_s"] * absolute_result["train_seconds"]))
     plan = json.loads((root / "plan.json").read_text())
     assert plan["runs"]["base/seed1"]["cells"] == [["positions", "relative"]]
 

@@ -71,12 +71,17 @@ def test_tiny_model_overfits_twenty_pairs(tmp_path, demo_data, positions):
 
 def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, demo_data):
     whole = config_from_dict(tiny(demo_data, tmp_path / "whole"))
-    train(whole, progress=False)
+    uninterrupted = train(whole, progress=False)
     first = config_from_dict(tiny(demo_data, tmp_path / "split", train={"max_steps": 6}))
-    assert train(first, progress=False).step == 6
+    first_half = train(first, progress=False)
+    assert first_half.step == 6
     second = config_from_dict(tiny(demo_data, tmp_path / "split"))  # same run dir, longer max_steps: resumes
     result = train(second, progress=False)
     assert result.step == 12
+    # The run's totals carry over through the checkpoint; this invocation's own count covers only its half.
+    assert result.run_target_tokens == uninterrupted.target_tokens == uninterrupted.run_target_tokens
+    assert result.target_tokens + first_half.target_tokens == uninterrupted.target_tokens
+    assert result.run_seconds > result.seconds
     a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "split")
     assert a.keys() == b.keys()
     for key in a:
