@@ -396,7 +396,7 @@ def train(
             "epoch": epoch,
             "position": position,
             "elapsed": elapsed_before + (time.monotonic() - start_time),
-            "target_tokens": None if tokens_before is None else tokens_before + total_target_tokens,
+            "target_tokens": run_target_tokens(),
             "schedule_origin": schedule_origin,
             "config": config_to_dict(cfg),
             "vocab": vocab_info,
@@ -426,6 +426,9 @@ def train(
 
     def elapsed() -> float:
         return elapsed_before + (time.monotonic() - start_time)
+
+    def run_target_tokens() -> int | None:  # the run's so far, all invocations (None: a checkpoint predates the count)
+        return None if tokens_before is None else tokens_before + total_target_tokens
 
     logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, step)
     stopped_by = ""
@@ -570,8 +573,7 @@ def train(
     dd.barrier()
     seconds = time.monotonic() - start_time
     return TrainResult(run_dir, step, epoch, stopped_by, best_bleu, last_saved, n_params, total_target_tokens,
-                       seconds, _peak_memory_mb(device), elapsed_before + seconds,
-                       None if tokens_before is None else tokens_before + total_target_tokens)
+                       seconds, _peak_memory_mb(device), elapsed_before + seconds, run_target_tokens())
 
 
 def _fused_adam_ok(device: torch.device) -> bool:
