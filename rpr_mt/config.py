@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -61,6 +62,30 @@ class DataConfig:
 
 
 @dataclass
+class T5Settings:
+    """model.positions = t5 (Raffel et al. 2020): a learned scalar per head and bucket of relative distance."""
+
+    num_buckets: int = 32  # buckets of relative distance (half per direction in the encoder)
+    max_distance: int = 128  # distances from here on share the last bucket of their direction
+    per_layer: bool = False  # one bias table per layer instead of one per stack (T5 shares it)
+
+
+@dataclass
+class XLSettings:
+    """model.positions = xl (Dai et al. 2019): content/position decomposition with sinusoidal R and biases u, v."""
+
+    clip: Optional[int] = None  # clip relative distances at this k (null: every distance in the call has its own R)
+    per_layer_biases: bool = False  # u and v per layer instead of shared by the layers of a stack (the paper)
+
+
+@dataclass
+class RotarySettings:
+    """model.positions = rope (Su et al. 2021): queries and keys rotated by their positions."""
+
+    base: float = 10000.0  # theta: dimension pair m turns by position * base^(-2m/d_head)
+
+
+@dataclass
 class ModelConfig:
     preset: Optional[Literal["base", "big"]] = None  # paper dimensions; explicit keys below override the preset
     d_model: int = 512  # model width
@@ -72,13 +97,18 @@ class ModelConfig:
     attention_dropout: float = 0.0  # dropout on attention probabilities
     activation_dropout: float = 0.0  # dropout inside the feed-forward block
     norm: Literal["post", "pre"] = "post"  # layer-norm placement; the paper is post-norm
-    positions: Literal["relative", "absolute", "absolute+relative", "none"] = "relative"  # position information
+    # position scheme (rpr_mt/model/positions): none | absolute | relative (Shaw) | absolute+relative | t5 | xl |
+    # rope | alibi
+    positions: Literal["relative", "absolute", "absolute+relative", "none", "t5", "xl", "rope", "alibi"] = "relative"
     absolute_kind: Literal["sinusoidal", "learned"] = "sinusoidal"  # for positions=absolute(+relative)
     max_positions: int = 1024  # longest sequence the model accepts (learned table size; truncation limit)
     clip: int = 16  # relative: clipping distance k (2k+1 relative vectors); 0 = one vector, no order
     use_key: bool = True  # relative: aK term in the attention logits
     use_value: bool = True  # relative: aV term in the attention output
     share_across_heads: bool = False  # relative: one table for all heads (paper big) or one per head (paper base)
+    t5: T5Settings = field(default_factory=T5Settings)  # positions=t5
+    xl: XLSettings = field(default_factory=XLSettings)  # positions=xl
+    rope: RotarySettings = field(default_factory=RotarySettings)  # positions=rope
 
 
 @dataclass
@@ -163,8 +193,17 @@ class Config:
             _require(0.0 <= getattr(m, key) < 1.0, f"model.{key} must be in [0, 1)")
         _require(m.clip >= 0, f"model.clip must be >= 0 (got {m.clip})")
         _require(m.max_positions > 0, "model.max_positions must be positive")
-        if "relative" in m.positions:
+        if m.positions in ("relative", "absolute+relative"):
             _require(m.use_key or m.use_value, "model.use_key and model.use_value cannot both be false")
+        _require(m.t5.num_buckets >= 4 and m.t5.num_buckets % 2 == 0,
+                 f"model.t5.num_buckets must be an even number >= 4 (got {m.t5.num_buckets})")
+        _require(m.t5.max_distance > m.t5.num_buckets // 2,
+                 f"model.t5.max_distance must exceed model.t5.num_buckets / 2 (got {m.t5.max_distance})")
+        _require(m.xl.clip is None or m.xl.clip >= 0, f"model.xl.clip must be >= 0 or null (got {m.xl.clip})")
+        _require(math.isfinite(m.rope.base) and m.rope.base > 1.0, f"model.rope.base must be > 1 (got {m.rope.base})")
+        if m.positions == "rope":
+            _require((m.d_model // m.n_heads) % 2 == 0,
+                     f"model.positions=rope needs an even head dimension (d_model / n_heads = {m.d_model // m.n_heads})")
         _require(t.max_tokens > 0, "train.max_tokens must be positive")
         _require(t.update_freq >= 1, "train.update_freq must be >= 1")
         _require(

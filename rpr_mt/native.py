@@ -1,4 +1,4 @@
-"""Build and load the project's C kernels (``rpr_mt/model/csrc``): compiled on first use, cached, loaded with ctypes.
+"""Build and load the project's C kernels (``rpr_mt/model/kernels/csrc``): compiled on first use, cached, loaded with ctypes.
 
 Why not torch.utils.cpp_extension: its headers make one build take ~80 s on a 2-core machine, while these
 kernels are plain C over raw pointers (the matrix products stay in torch) and build in about a second. The
@@ -23,8 +23,10 @@ import tempfile
 import warnings
 from pathlib import Path
 
-SOURCE_DIR = Path(__file__).resolve().parent / "model" / "csrc"
-FLAGS = ["-O3", "-march=native", "-ffast-math", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
+SOURCE_DIR = Path(__file__).resolve().parent / "model" / "kernels" / "csrc"
+# -ffast-math for vectorized loops and expf, but -fno-finite-math-only: the kernels must keep the IEEE meaning of
+# infinities and NaN (a -inf bias, a NaN logit), which finite-math-only makes undefined.
+FLAGS = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fopenmp", "-shared", "-fPIC", "-std=c11"]
 
 
 def cache_dir() -> Path:

@@ -1,11 +1,9 @@
-"""Encoder-decoder Transformer (Vaswani et al., 2017) with the position modes of Shaw et al. (2018).
+"""Encoder-decoder Transformer (Vaswani et al., 2017) whose order information comes from a position scheme.
 
-``positions`` selects how order enters the model:
-    absolute            sinusoidal or learned vectors added to the embeddings (Vaswani et al.)
-    relative            relation-aware self-attention in encoder and decoder (Shaw et al., Section 3)
-    absolute+relative   both (Shaw et al. report no further gain, Section 4.2)
-    none                neither: the encoder is permutation-equivariant (Shaw et al.'s k = 0 row is close to this)
-Encoder-decoder attention is content-only in every mode, as in the paper.
+``model.positions`` names the scheme (``rpr_mt.model.positions``: none, absolute, relative (Shaw et al. 2018),
+absolute+relative, t5, xl, rope, alibi); it is built once and asked twice: for what to add to the embeddings, and for
+the position terms of every self-attention layer. Encoder-decoder attention is content-only for every scheme, as in
+Shaw et al. (2018).
 
 The module computes logits only: no loss, no I/O. Decoding goes through the narrow protocol used by
 ``rpr_mt.decode.search``: ``encode`` -> ``init_decoder_state`` -> ``decode_step`` (incremental, cached).
@@ -21,9 +19,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from rpr_mt.config import ModelConfig
-from rpr_mt.model.attention import KVCache, MultiHeadAttention, causal_mask
+from rpr_mt.model.attention import MultiHeadAttention
+from rpr_mt.model.cache import KVCache
 from rpr_mt.model.dropout import dropout
-from rpr_mt.model.positions import sinusoidal_positions
+from rpr_mt.model.masks import causal_mask
+from rpr_mt.model.positions import AttentionPositions, build_position_scheme
 
 
 @dataclass
@@ -75,24 +75,11 @@ class Sublayer(nn.Module):
         return self.norm(x + dropout(fn(x), self.dropout, self.training))
 
 
-def _self_attention(cfg: ModelConfig) -> MultiHeadAttention:
-    relative = "relative" in cfg.positions
-    return MultiHeadAttention(
-        cfg.d_model,
-        cfg.n_heads,
-        cfg.attention_dropout,
-        clip=cfg.clip if relative else None,
-        use_key=cfg.use_key,
-        use_value=cfg.use_value,
-        share_across_heads=cfg.share_across_heads,
-    )
-
-
 class EncoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, positions: AttentionPositions) -> None:
         super().__init__()
         pre_norm = cfg.norm == "pre"
-        self.self_attn = _self_attention(cfg)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, positions=positions)
         self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.activation_dropout)
         self.attn_block = Sublayer(cfg.d_model, cfg.dropout, pre_norm)
         self.ff_block = Sublayer(cfg.d_model, cfg.dropout, pre_norm)
@@ -103,10 +90,10 @@ class EncoderLayer(nn.Module):
 
 
 class DecoderLayer(nn.Module):
-    def __init__(self, cfg: ModelConfig) -> None:
+    def __init__(self, cfg: ModelConfig, positions: AttentionPositions) -> None:
         super().__init__()
         pre_norm = cfg.norm == "pre"
-        self.self_attn = _self_attention(cfg)
+        self.self_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout, positions=positions)
         self.cross_attn = MultiHeadAttention(cfg.d_model, cfg.n_heads, cfg.attention_dropout)  # content-only
         self.ff = FeedForward(cfg.d_model, cfg.ff_dim, cfg.activation_dropout)
         self.self_block = Sublayer(cfg.d_model, cfg.dropout, pre_norm)
@@ -142,18 +129,13 @@ class Seq2Seq(nn.Module):
         nn.init.normal_(self.embed.weight, std=cfg.d_model**-0.5)
         with torch.no_grad():
             self.embed.weight[pad_id].zero_()
-        self.use_absolute = "absolute" in cfg.positions
-        if self.use_absolute and cfg.absolute_kind == "learned":
-            self.learned_positions = nn.Embedding(cfg.max_positions, cfg.d_model)
-            nn.init.normal_(self.learned_positions.weight, std=cfg.d_model**-0.5)
-        else:
-            self.learned_positions = None
-        if self.use_absolute and cfg.absolute_kind == "sinusoidal":
-            self.register_buffer(
-                "sinusoid", sinusoidal_positions(cfg.max_positions, cfg.d_model), persistent=False
-            )
-        self.encoder_layers = nn.ModuleList(EncoderLayer(cfg) for _ in range(cfg.encoder_layers))
-        self.decoder_layers = nn.ModuleList(DecoderLayer(cfg) for _ in range(cfg.decoder_layers))
+        self.positions = build_position_scheme(cfg)
+        self.encoder_layers = nn.ModuleList(
+            EncoderLayer(cfg, self.positions.self_attention("encoder", i)) for i in range(cfg.encoder_layers)
+        )
+        self.decoder_layers = nn.ModuleList(
+            DecoderLayer(cfg, self.positions.self_attention("decoder", i)) for i in range(cfg.decoder_layers)
+        )
         pre_norm = cfg.norm == "pre"
         self.encoder_norm = nn.LayerNorm(cfg.d_model) if pre_norm else nn.Identity()
         self.decoder_norm = nn.LayerNorm(cfg.d_model) if pre_norm else nn.Identity()
@@ -165,11 +147,7 @@ class Seq2Seq(nn.Module):
         length = tokens.size(1)
         if offset + length > self.max_positions:
             raise ValueError(f"sequence of {offset + length} positions exceeds model.max_positions={self.max_positions}")
-        if self.learned_positions is not None:
-            x = x + self.learned_positions.weight[offset : offset + length]
-        elif self.use_absolute:
-            x = x + self.sinusoid[offset : offset + length].to(x.dtype)
-        return dropout(x, self.cfg.dropout, self.training)
+        return dropout(self.positions.embed(x, offset), self.cfg.dropout, self.training)
 
     # -- encoder ----------------------------------------------------------------------------------------------------
 

@@ -26,6 +26,7 @@ import torch
 from rpr_mt.config import Config, config_from_dict
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
+from rpr_mt.model.upgrade import upgrade_state_dict
 
 if TYPE_CHECKING:
     from rpr_mt.model.transformer import Seq2Seq
@@ -81,6 +82,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise UserError(f"checkpoint {path} is corrupt or truncated ({reason[:120]})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path} is not an rpr-mt checkpoint")
+    if isinstance(payload.get("model"), dict):
+        payload["model"] = upgrade_state_dict(payload["model"])
     return payload
 
 

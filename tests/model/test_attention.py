@@ -16,7 +16,7 @@ from rpr_mt.model.attention import (
     relative_attention,
 )
 from rpr_mt.model.dropout import drop_rate, keep_mask
-from rpr_mt.model.positions import relative_position_index
+from rpr_mt.model.positions import ShawTables, relative_position_index
 
 from .reference import reference_attention
 
@@ -184,9 +184,9 @@ def test_content_only_attention(mask_kind, requires_grad):
 
 def test_out_of_place_softmax_branch(monkeypatch):
     """The non-CPU branch of the fused path's softmax (a temporary copied back) gives the same results."""
-    import rpr_mt.model.attention as attention
+    import rpr_mt.model.kernels.fused as fused
 
-    monkeypatch.setattr(attention, "_softmax_", lambda s: s.copy_(torch.softmax(s, -1)))
+    monkeypatch.setattr(fused, "_softmax_", lambda s: s.copy_(torch.softmax(s, -1)))
     inputs = make_inputs(2, 2, 6, 6, 4, 2, True, True, True)
     mask = make_mask("dead", 2, 2, 6, 6, 0)
     expected = grads(reference_attention(*inputs, 2, mask), inputs)
@@ -229,18 +229,19 @@ def test_causal_mask():
 
 def make_layer(clip=2, seed=0, **kwargs):
     torch.manual_seed(seed)
-    return MultiHeadAttention(16, 4, dropout=0.1, clip=clip, **kwargs).eval()
+    positions = None if clip is None else ShawTables(4, 4, clip, **kwargs)  # None: content-only
+    return MultiHeadAttention(16, 4, dropout=0.1, positions=positions).eval()
 
 
 def test_module_parameters():
-    layer = make_layer(clip=3)
-    assert layer.rel_k.shape == (4, 7, 4) and layer.rel_v.shape == (4, 7, 4)
-    assert layer.rel_k.data_ptr() != layer.rel_v.data_ptr()  # separate tables, never tied
-    shared = make_layer(clip=3, share_across_heads=True, use_value=False)
+    tables = make_layer(clip=3).positions
+    assert tables.rel_k.shape == (4, 7, 4) and tables.rel_v.shape == (4, 7, 4)
+    assert tables.rel_k.data_ptr() != tables.rel_v.data_ptr()  # separate tables, never tied
+    shared = make_layer(clip=3, share_across_heads=True, use_value=False).positions
     assert shared.rel_k.shape == (7, 4) and shared.rel_v is None
-    assert make_layer(clip=None).rel_k is None
+    assert make_layer(clip=None).positions is None
     names = {name for name, _ in make_layer(clip=1, use_key=False).named_parameters()}
-    assert "rel_v" in names and "rel_k" not in names
+    assert "positions.rel_v" in names and "positions.rel_k" not in names
 
 
 @pytest.mark.parametrize("step", [1, 3])
@@ -308,10 +309,10 @@ def test_relative_only_is_translation_invariant(impl, monkeypatch):
     padded = torch.cat([torch.randn(2, 4, 16) * 5, x], dim=1)  # 4 garbage tokens of LEFT padding
     mask = torch.ones(2, 1, 1, 11, dtype=torch.bool)
     mask[..., :4] = False  # padding is masked out as keys
-    import rpr_mt.model.attention as attention
+    import rpr_mt.model.positions.shaw as shaw
 
-    original = attention.relative_attention
-    monkeypatch.setattr(attention, "relative_attention", lambda *a, **kw: original(*a, impl=impl, **kw))
+    original = shaw.relative_attention
+    monkeypatch.setattr(shaw, "relative_attention", lambda *a, **kw: original(*a, impl=impl, **kw))
     torch.testing.assert_close(layer(padded, attn_mask=mask)[:, 4:], layer(x), atol=1e-5, rtol=1e-5)
 
 
@@ -322,11 +323,11 @@ def test_bf16_autocast_close_to_fp32_and_finite():
     mask = torch.ones(2, 1, 9, 9, dtype=torch.bool)
     mask[1, 0, 3] = False  # a fully masked query row
     reference = layer(x, attn_mask=mask)
-    ref_grads = torch.autograd.grad(reference.square().sum(), [x, layer.rel_k, layer.rel_v])
+    ref_grads = torch.autograd.grad(reference.square().sum(), [x, layer.positions.rel_k, layer.positions.rel_v])
     with torch.autocast("cpu", dtype=torch.bfloat16):
         out = layer(x, attn_mask=mask)
     assert out.dtype == torch.bfloat16 and torch.isfinite(out).all()
-    low_grads = torch.autograd.grad(out.float().square().sum(), [x, layer.rel_k, layer.rel_v])
+    low_grads = torch.autograd.grad(out.float().square().sum(), [x, layer.positions.rel_k, layer.positions.rel_v])
     torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=5e-2)
     for a, e in zip(low_grads, ref_grads):
         assert torch.isfinite(a).all()
@@ -343,7 +344,7 @@ def test_training_dropout_changes_output_and_backprops():
     b = layer(x)
     assert not torch.allclose(a, b)
     (a.sum() + b.sum()).backward()
-    assert torch.isfinite(x.grad).all() and torch.isfinite(layer.rel_v.grad).all()
+    assert torch.isfinite(x.grad).all() and torch.isfinite(layer.positions.rel_v.grad).all()
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs CUDA")

@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from rpr_mt import native
-from rpr_mt.model import native_attention
+from rpr_mt.model.kernels import native as native_attention
 from rpr_mt.model.attention import causal_mask, relative_attention
 from rpr_mt.model.dropout import drop_rate, keep_mask
 
@@ -83,14 +83,14 @@ def test_dropout_matches_reference(save_probs, cell):
 
 def test_auto_uses_native_for_float32_cpu_and_fused_otherwise(monkeypatch):
     used = []
-    for cls in (native_attention.NativeRelativeAttention, relative_attention.__globals__["_FusedRelativeAttention"]):
+    for cls in (native_attention.NativeRelativeAttention, relative_attention.__globals__["FusedRelativeAttention"]):
         original = cls.apply
         monkeypatch.setattr(cls, "apply", lambda *a, _o=original, _n=cls.__name__: used.append(_n) or _o(*a))
     inputs = make_inputs(2, 2, 8, 8, 4, 2, True, True, True, dtype=F32)
     relative_attention(*inputs, clip=2)
     relative_attention(*make_inputs(2, 2, 8, 8, 4, 2, True, True, True), clip=2)  # float64
     relative_attention(*make_inputs(2, 2, 3, 8, 4, 2, True, True, True, dtype=F32), clip=2, offset=5)  # decoding
-    assert used == ["NativeRelativeAttention", "_FusedRelativeAttention"]
+    assert used == ["NativeRelativeAttention", "FusedRelativeAttention"]
 
 
 def test_long_rows_and_large_clip_match_fused():

@@ -19,6 +19,7 @@ from torch import Tensor
 __all__ = [
     "ChunkBuffers",
     "add_table_grad_",
+    "add_broadcast_grad_",
     "add_times_table_",
     "block",
     "bmm_into",
@@ -118,3 +119,12 @@ def add_table_grad_(grad: Tensor, f: Tensor, x: Tensor, hs: slice, alpha: float 
         grad.addmm_(f.view(-1, f.shape[-1]).t(), x.view(-1, x.shape[-1]), alpha=alpha)
     else:
         grad[hs].baddbmm_(by_head(f).transpose(1, 2), by_head(x), alpha=alpha)
+
+
+def add_broadcast_grad_(grad: Tensor | None, x: Tensor, hs: slice, bs: slice) -> None:
+    """grad [H?, B?, Lq?, Lk] (head-major, size-1 dims broadcast) += a chunk x [h, b, Lq, Lk] summed over the dims
+    that grad broadcasts: the gradient of an additive logit bias is the logits' gradient, reduced to its shape."""
+    if grad is None:
+        return
+    dims = [i for i in range(3) if grad.size(i) == 1 and x.size(i) > 1]
+    block(grad, hs, bs).add_(x.sum(dims, keepdim=True) if dims else x)

@@ -12,16 +12,26 @@
    Per row the buckets split the keys into three runs: j <= qi - k (bucket 0), the interior qi - k < j < qi + k
    (bucket j - qi + k) and j >= qi + k (bucket 2k), where qi = i + offset; for k = 0 every key is in bucket 0.
 
-   Masked keys are skipped (probability exactly 0) rather than given a large negative logit, so no infinity is ever
-   formed (this file is compiled with -ffast-math, for vectorized expf). The caller guarantees that every row has
-   at least one allowed key. An output row may alias an input row (p over s, ds over g): the bucket values are
-   copied first. Rows are independent: OpenMP splits them across threads. */
+   An optional float bias (T5, ALiBi, Transformer-XL's content bias) is added to the logits before the softmax; its
+   gradient is ds, reduced by the caller. Masked keys are skipped (probability exactly 0) rather than given a large
+   negative logit. The caller guarantees that every row has at least one allowed key. An output row may alias an
+   input row (p over s, ds over g): the bucket values are copied first. Rows are independent: OpenMP splits them
+   across threads.
+
+   Compiled with -ffast-math -fno-finite-math-only (rpr_mt/native.py): infinities and NaN keep their IEEE meaning,
+   so a -inf bias gives probability 0 and a NaN logit makes its row NaN, as torch.softmax does (tested). glibc
+   declares its vector expf (libmvec) only under __FAST_MATH__, which -fno-finite-math-only turns off, so it is
+   declared here: libmvec's variants handle infinities and NaN. */
 
 #include <float.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+#if defined(__x86_64__) && defined(__GNUC__) && !defined(__clang__) && !defined(__FAST_MATH__)
+__attribute__((__simd__("notinbranch"))) float expf(float);
+#endif
 
 /* A [n, rows, cols] operand of a chunk of n = heads x batch matrices (matrix m is head m / batch, batch row
    m % batch). For per-matrix operands stride_h and stride_b are set so that m_offset = h * stride_h + b *
@@ -38,6 +48,7 @@ typedef struct {
     operand a;     /* float: bucket logits (2k+1 columns), or NULL                          */
     operand mask;  /* uint8: 1 = may attend, or NULL                                        */
     operand keep;  /* uint8: dropout keep mask, or NULL                                     */
+    operand bias;  /* float: additive logit bias (Lk columns), or NULL                      */
     operand p;     /* float out: probabilities, undropped (may alias s)                     */
     operand pd;    /* float out: dropped probabilities p * keep * scale, or NULL            */
     operand f;     /* float out: fold of the dropped (or, without dropout, plain) probabilities, or NULL */
@@ -121,6 +132,10 @@ void relative_rows_forward(const forward_args *args) {
             if (buckets) {
                 memcpy(buckets, row_ptr(&x.a, h, b, i, sizeof(float)), sizeof(float) * n_buckets);
                 place_add(p, buckets, qi, x.clip, n);
+            }
+            if (x.bias.ptr) {
+                const float *bias = (const float *)row_ptr(&x.bias, h, b, i, sizeof(float));
+                for (int64_t j = 0; j < n; j++) p[j] += bias[j];
             }
             float max = -FLT_MAX, sum = 0.0f;
             if (mask) {

@@ -1,0 +1,232 @@
+"""The attention entry points and the one policy that picks how each call is computed.
+
+``relative_attention`` is relation-aware attention (Shaw, Uszkoreit & Vaswani 2018, eqs. (3)-(4)) with optional
+key and value tables; ``content_attention`` is the same call without tables. Both take a boolean mask (True = may
+attend) and an optional float logit bias (what T5, ALiBi and Transformer-XL add before the softmax).
+
+Implementations (``impl``):
+
+* ``"native"``: C row kernels (``native.py``); float32 on CPU with a C compiler. With tables, 15-30% faster than
+  "fused"; without tables, in training, 0.57-0.66x the time of SDPA with attention dropout 0.1 at L = 48-128 (SDPA's
+  CPU kernels fall back to an unfused path with dropout) and 0.76-0.95x without (benchmarks/bench_attention.py,
+  benchmarks/bench_content_attention.py).
+* ``"fused"``: the same chunked algorithm as one pure-torch autograd Function (``fused.py``).
+* ``"gather"``: plain autograd compositions (``gather.py``), the readable reference; the least overhead for a few
+  queries (incremental decoding), and for content attention on short sentences in training.
+* ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention``, for content attention where no gradient is
+  needed, or off the CPU.
+
+``choose_impl`` is the whole policy; nothing else decides.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor
+
+from rpr_mt.model.dropout import drop_rate, keep_mask
+from rpr_mt.model.kernels import native
+from rpr_mt.model.kernels.fused import FusedRelativeAttention
+from rpr_mt.model.kernels.gather import relative_attention_gather
+from rpr_mt.model.masks import as_4d, mask_bias, revive_dead_rows
+
+__all__ = ["IMPLEMENTATIONS", "choose_impl", "content_attention", "relative_attention"]
+
+IMPLEMENTATIONS = ("auto", "native", "fused", "gather", "sdpa")
+
+# Byte budget of one chunk buffer of the chunked paths. On CPU the few chunk buffers (scores, gradient, scratch and
+# the chunk's q/k/v copies) should stay in the last-level cache; accelerators prefer few large kernels.
+_CPU_CHUNK_BYTES = 8 << 20
+_ACCEL_CHUNK_BYTES = 1 << 30
+# The chunked paths save the probabilities for the backward pass up to this size and recompute them above it. On
+# this project's CPUs saving was faster at every measured size (a fresh tensor's page faults cost less than the
+# recomputation); recomputation bounds the memory instead.
+_SAVE_PROBS_MAX_BYTES = 1 << 30
+# Below this many queries (incremental decoding) relative attention uses the gather path: the chunked paths'
+# copies of the keys and values would cost more than the attention itself.
+_CHUNKED_MIN_QUERIES = 8
+# Below this many (query, key) pairs per matrix, content attention in training without the native kernels is
+# fastest as a plain composition on CPU (it beat SDPA forward+backward there).
+_CPU_MATMUL_MAX_PAIRS = 64 * 64
+
+
+def choose_impl(q: Tensor, k_len: int, *, tables: bool, needs_grad: bool) -> str:
+    """The implementation for a call with queries like ``q`` [B, H, Lq, d] (already in the compute dtype), ``k_len``
+    keys, with or without relative tables, and whether a gradient is needed (see the module docstring)."""
+    q_len = q.shape[2]
+    native_ok = native.available(q) and not torch.is_autocast_enabled(q.device.type)
+    if tables:
+        if q_len < _CHUNKED_MIN_QUERIES:
+            return "gather"
+        return "native" if native_ok else "fused"
+    if needs_grad and native_ok and k_len > 0:
+        return "native"
+    if needs_grad and q.device.type == "cpu" and q_len * k_len <= _CPU_MATMUL_MAX_PAIRS:
+        return "gather"
+    return "sdpa"
+
+
+def _needs_grad(*tensors: Tensor | None) -> bool:
+    return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
+
+
+def _fits_saved_probs(q: Tensor, k_len: int) -> bool:
+    """Whether the [B, H, Lq, Lk] probabilities are small enough to keep for the backward pass."""
+    return q.shape[0] * q.shape[1] * q.shape[2] * k_len * q.element_size() <= _SAVE_PROBS_MAX_BYTES
+
+
+def _bias_4d(bias: Tensor | None, shape: tuple[int, int, int, int], dtype: torch.dtype) -> Tensor | None:
+    if bias is None:
+        return None
+    if not bias.is_floating_point() or bias.dim() > 4:
+        raise ValueError(f"bias must be a float tensor of at most 4 dims, got {bias.dtype} {tuple(bias.shape)}")
+    bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape))
+    try:
+        torch.broadcast_shapes(bias.shape, shape)
+    except RuntimeError:
+        raise ValueError(f"bias {tuple(bias.shape)} does not broadcast to [B, H, Lq, Lk] = {list(shape)}") from None
+    return bias.to(dtype)
+
+
+def relative_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    rel_k: Tensor | None,
+    rel_v: Tensor | None,
+    *,
+    clip: int | None,
+    attn_mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    offset: int = 0,
+    dropout_p: float = 0.0,
+    impl: str = "auto",
+    chunk_bytes: int | None = None,
+    save_probs: bool | None = None,
+) -> Tensor:
+    """Relation-aware scaled dot-product attention, Shaw et al. (2018) equations (3)-(4), with an optional bias.
+
+        e_ij = q_i . (k_j + rel_k[r_ij]) / sqrt(d) + bias_ij,  z_i = sum_j softmax_j(e_ij) (v_j + rel_v[r_ij]),
+        r_ij = clip(j - (i + offset), -clip, clip) + clip.
+
+    Args:
+        q: [B, H, Lq, d] queries.
+        k, v: [B, H, Lk, d] keys and values.
+        rel_k, rel_v: relative tables, each None (term off), [2*clip+1, d] shared by all heads, or
+            [H, 2*clip+1, d] per head. Separate tables: rel_v is never tied to rel_k.
+        clip: maximum relative distance k >= 0 (ignored, may be None, when both tables are None).
+        attn_mask: boolean, broadcastable to [B, H, Lq, Lk], True = may attend. Rows with no allowed key give
+            zeros (and zero gradients).
+        bias: float, broadcastable to [B, H, Lq, Lk]: added to the scaled logits (differentiable).
+        offset: absolute position of the first query; queries sit at offset .. offset + Lq - 1 and keys at
+            0 .. Lk - 1 (cached decoding).
+        dropout_p: dropout on the attention probabilities (pass 0 in eval).
+        impl: "auto" (``choose_impl``), or one of "native", "fused", "gather", "sdpa" (content only).
+        chunk_bytes: native and fused: byte budget of one chunk buffer (default 8 MiB on CPU, to stay in cache;
+            1 GiB on accelerators).
+        save_probs: native and fused: keep the [B, H, Lq, Lk] probabilities for the backward pass (True), or
+            recompute them there chunk by chunk (False; FlashAttention style, O(chunk) extra memory, but slower).
+            Default: save up to 1 GiB per call when a gradient is needed, else nothing.
+
+    Returns:
+        [B, H, Lq, d]. Under autocast the computation runs in the autocast dtype (like matmul); the softmax of a
+        low-precision row is accumulated in float32 by torch's kernels.
+    """
+    if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
+        raise ValueError(f"q, k, v must be [B, H, L, d], got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")
+    if k.shape != v.shape or q.shape[:2] != k.shape[:2] or q.shape[-1] != k.shape[-1]:
+        raise ValueError(f"incompatible shapes q {tuple(q.shape)}, k {tuple(k.shape)}, v {tuple(v.shape)}")
+    if not 0.0 <= dropout_p < 1.0:
+        raise ValueError(f"dropout_p must be in [0, 1), got {dropout_p}")
+    if impl not in IMPLEMENTATIONS:
+        raise ValueError(f"impl must be one of {', '.join(map(repr, IMPLEMENTATIONS))}, got {impl!r}")
+    if offset < 0:
+        raise ValueError(f"offset must be >= 0, got {offset}")
+    batch, heads, q_len, dim = q.shape
+    k_len = k.shape[2]
+    tables = rel_k is not None or rel_v is not None
+    if tables:
+        if clip is None or clip < 0:
+            raise ValueError(f"clip must be an int >= 0 when a relative table is given, got {clip}")
+        for name, table in (("rel_k", rel_k), ("rel_v", rel_v)):
+            expected = [(2 * clip + 1, dim), (heads, 2 * clip + 1, dim)]
+            if table is not None and tuple(table.shape) not in expected:
+                raise ValueError(f"{name} must be [2*clip+1, d] or [H, 2*clip+1, d] = {expected}, got {tuple(table.shape)}")
+        if impl == "sdpa":
+            raise ValueError("impl='sdpa' computes content attention only (no relative tables)")
+    else:
+        clip = 0
+    if k_len == 0:  # nothing to attend to: every row is dead
+        return q.new_zeros(q.shape)
+    # Distances j - (i + offset) lie in [-(offset + Lq - 1), Lk - 1 - offset]. Buckets beyond the longest one are
+    # never read, so a clip k above it equals that distance on the table's middle rows (the unused rows get zero
+    # gradients either way). The paper's k = 64 and 256 on ~30-token sentences then do 2L-1 table products, not 2k+1.
+    reach = max(offset + q_len - 1, k_len - 1 - offset)
+    if tables and clip > reach:
+        middle = slice(clip - reach, clip + reach + 1)
+        rel_k = None if rel_k is None else rel_k[..., middle, :]
+        rel_v = None if rel_v is None else rel_v[..., middle, :]
+        clip = reach
+
+    device_type = q.device.type
+    dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else q.dtype
+    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
+    rel_k = None if rel_k is None else rel_k.to(dtype)
+    rel_v = None if rel_v is None else rel_v.to(dtype)
+    bias = _bias_4d(bias, (batch, heads, q_len, k_len), dtype)
+    needs_grad = _needs_grad(q, k, v, rel_k, rel_v, bias)
+    if impl == "auto":
+        impl = choose_impl(q, k_len, tables=tables, needs_grad=needs_grad)
+    elif impl == "native" and not native.available(q):
+        raise ValueError(f"impl='native' needs float32 CPU tensors and a C compiler (got {dtype} on {q.device})")
+
+    mask, dead = None, None
+    if attn_mask is not None:
+        mask, dead = revive_dead_rows(as_4d(attn_mask.to(q.device)))
+    if impl == "sdpa":
+        return _sdpa(q, k, v, bias, mask, dead, dropout_p)
+    keep = None
+    if dropout_p > 0:
+        keep, dropout_p = keep_mask((batch, heads, q_len, k_len), dropout_p, q.device), drop_rate(dropout_p, q.device)
+
+    with torch.autocast(device_type, enabled=False):
+        if impl == "gather":
+            return relative_attention_gather(q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p)
+        if chunk_bytes is None:
+            chunk_bytes = _CPU_CHUNK_BYTES if device_type == "cpu" else _ACCEL_CHUNK_BYTES
+        if save_probs is None:
+            # inference (translation) keeps nothing for a backward pass
+            save_probs = needs_grad and _fits_saved_probs(q, k_len)
+        function = native.NativeRelativeAttention if impl == "native" else FusedRelativeAttention
+        return function.apply(
+            q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs
+        )
+
+
+def content_attention(
+    q: Tensor,
+    k: Tensor,
+    v: Tensor,
+    *,
+    attn_mask: Tensor | None = None,
+    bias: Tensor | None = None,
+    dropout_p: float = 0.0,
+    impl: str = "auto",
+) -> Tensor:
+    """Scaled dot-product attention without relative tables: softmax(q k^T / sqrt(d) + bias, masked) v.
+    Arguments as for ``relative_attention``."""
+    return relative_attention(
+        q, k, v, None, None, clip=None, attn_mask=attn_mask, bias=bias, dropout_p=dropout_p, impl=impl
+    )
+
+
+def _sdpa(
+    q: Tensor, k: Tensor, v: Tensor, bias: Tensor | None, mask: Tensor | None, dead: Tensor | None, dropout_p: float
+) -> Tensor:
+    """SDPA with the mask, or the bias with the mask folded in (finfo.min where masked: no row is all masked)."""
+    attn_mask = mask
+    if bias is not None:
+        attn_mask = bias if mask is None else bias + mask_bias(mask, bias.dtype)
+    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    return out if dead is None else out.masked_fill(dead, 0)
