@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import itertools
 import math
+import typing
 
 import pytest
 import torch
 
+from rpr_mt.config import ModelConfig
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search, max_output_lengths
 
 from . import EOS, PAD, ScriptedModel, ids, make_src, random_script, table_script, words
@@ -269,7 +271,8 @@ def test_invalid_beam_arguments() -> None:
 # A real (tiny, random) Transformer: cached decoding == recomputing the prefix; batch == one by one
 # --------------------------------------------------------------------------------------------------------------------
 
-POSITION_MODES = ["relative", "absolute", "absolute+relative", "none"]
+# every scheme of model.positions (the config's choices, so that a new scheme is tested here without a new line)
+POSITION_MODES = list(typing.get_args(typing.get_type_hints(ModelConfig)["positions"]))
 
 
 @pytest.fixture(autouse=True)
@@ -310,13 +313,17 @@ class EosBiased:
 
 
 def tiny_model(positions: str, seed: int = 0, eos_bias: float = 0.0, norm: str = "post"):
-    from rpr_mt.config import ModelConfig
     from rpr_mt.model.transformer import Seq2Seq
 
     torch.manual_seed(seed)
     config = ModelConfig(d_model=32, n_heads=4, encoder_layers=2, decoder_layers=2, ff_dim=64, dropout=0.0,
                          positions=positions, max_positions=64, clip=3, norm=norm)
+    config.t5.num_buckets, config.t5.max_distance, config.xl.clip = 8, 6, 4  # so that short inputs reach every bucket
     model = Seq2Seq(config, vocab_size=40, pad_id=0, bos_id=2, eos_id=3).eval()
+    with torch.no_grad():  # position parameters that start at zero (T5 tables, XL's u and v) must matter here
+        for name, param in model.named_parameters():
+            if "positions." in name:
+                param.normal_(0.0, 0.5)
     return EosBiased(model, eos_bias) if eos_bias else model
 
 
@@ -341,7 +348,7 @@ def test_real_model_cached_equals_full_prefix(positions: str, norm: str, eos_bia
 
 
 @pytest.mark.parametrize("eos_bias", [0.0, 1.0])
-@pytest.mark.parametrize("positions", ["relative", "absolute"])
+@pytest.mark.parametrize("positions", POSITION_MODES)
 def test_real_model_batch_equals_one_by_one(positions: str, eos_bias: float) -> None:
     model = tiny_model(positions, seed=1, eos_bias=eos_bias)
     sources = random_sources(1)

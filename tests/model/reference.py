@@ -23,11 +23,14 @@ def reference_attention(
     offset: int = 0,
     keep: Tensor | None = None,  # bool [B, H, Lq, Lk] dropout keep mask
     dropout_p: float = 0.0,
+    bias: Tensor | None = None,  # float, broadcastable to [B, H, Lq, Lk]: added to e_ij
 ) -> Tensor:
     batch, heads, q_len, dim = q.shape
     k_len = k.shape[2]
     if mask is not None:
         mask = mask.expand(batch, heads, q_len, k_len)
+    if bias is not None:
+        bias = bias.reshape((1,) * (4 - bias.dim()) + tuple(bias.shape)).expand(batch, heads, q_len, k_len)
 
     def table(t: Tensor | None, h: int, r: int) -> Tensor | float:
         if t is None:
@@ -46,7 +49,8 @@ def reference_attention(
                     continue
                 r = {j: min(max(j - (i + offset), -clip), clip) + clip for j in allowed}  # r_ij
                 e = torch.stack(
-                    [(q[b, h, i] * (k[b, h, j] + table(rel_k, h, r[j]))).sum() / math.sqrt(dim) for j in allowed]
+                    [(q[b, h, i] * (k[b, h, j] + table(rel_k, h, r[j]))).sum() / math.sqrt(dim)
+                     + (0.0 if bias is None else bias[b, h, i, j]) for j in allowed]
                 )  # e_ij, eq. (4)
                 alpha = torch.softmax(e, dim=0)
                 z = torch.zeros(dim, dtype=q.dtype)

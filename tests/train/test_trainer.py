@@ -53,7 +53,7 @@ def final_weights(run_dir: Path) -> dict[str, torch.Tensor]:
     return ckpt.load_checkpoint(ckpt.list_step_checkpoints(run_dir)[-1])["model"]
 
 
-@pytest.mark.parametrize("positions", ["relative", "absolute", "absolute+relative", "none"])
+@pytest.mark.parametrize("positions", ["relative", "absolute", "absolute+relative", "none", "t5", "xl", "rope", "alibi"])
 def test_tiny_model_overfits_twenty_pairs(tmp_path, demo_data, positions):
     overfit_data = tmp_path / "data20"
     raw = tiny(overfit_data, tmp_path / "run", data={"max_train_pairs": 20, "demo_sizes": {"train": 400, "dev": 20, "test": 20}},

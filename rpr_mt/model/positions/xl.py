@@ -48,10 +48,10 @@ class XLAttention(AttentionPositions):
     def extra_repr(self) -> str:
         return f"clip={self.clip}, shared_biases={self.biases is None}"
 
-    def position_table(self, clip: int, device: torch.device, dtype: torch.dtype) -> Tensor:
+    def position_table(self, clip: int, device: torch.device) -> Tensor:
         """P = W_R R [H, 2c+1, d_head]: row r holds the relative distance j - i = r - c, i.e. R_{i-j} = R_{c-r}."""
         distances = torch.arange(clip, -clip - 1, -1, device=device)  # i - j for r = 0 .. 2c
-        table = self.proj(sinusoids(distances, self.d_model).to(dtype))  # [2c+1, D]
+        table = self.proj(sinusoids(distances, self.d_model).to(self.proj.weight.dtype))  # [2c+1, D]
         return table.view(2 * clip + 1, self.n_heads, -1).transpose(0, 1)
 
     def attend(
@@ -62,7 +62,7 @@ class XLAttention(AttentionPositions):
         clip = reach if self.clip is None else min(self.clip, reach)
         biases = self.biases if self.biases is not None else self._shared[0]
         u, pos_bias = biases.u.to(q.dtype), biases.v.to(q.dtype)
-        table = self.position_table(clip, q.device, q.dtype)
+        table = self.position_table(clip, q.device)
         key_bias = torch.einsum("hd,bhjd->bhj", u - pos_bias, k)[:, :, None, :] * d_head**-0.5  # [B, H, 1, Lk]
         return relative_attention(
             q + pos_bias[:, None, :], k, v, table, None, clip=clip, attn_mask=attn_mask, bias=key_bias,
