@@ -128,7 +128,7 @@ class TrainConfig:
     final_lr_fraction: float = 0.0  # budget / cosine: lr at the end as a fraction of peak_lr
     adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam beta1, beta2
     adam_eps: float = 1e-9  # Adam epsilon
-    weight_decay: float = 0.0  # decoupled weight decay (AdamW); the paper uses none
+    weight_decay: float = 0.0  # decoupled weight decay (AdamW) on weight matrices, not biases/norms/positions; paper: 0
     label_smoothing: float = 0.1  # label-smoothed cross entropy
     clip_norm: float = 0.0  # gradient-norm clipping; 0 = off
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype; fp16 only on CUDA (with GradScaler)
@@ -221,6 +221,7 @@ class Config:
         _require(all(0.0 <= b < 1.0 for b in t.adam_betas), "train.adam_betas must be in [0, 1)")
         _require(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(t.clip_norm >= 0.0, "train.clip_norm must be >= 0")
+        _require(t.weight_decay >= 0.0, f"train.weight_decay must be >= 0 (got {t.weight_decay})")
         for key in ("log_every", "save_every", "validate_every", "keep_last", "max_bad_updates"):
             _require(getattr(t, key) >= 1, f"train.{key} must be >= 1")
         _require(t.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")

@@ -39,6 +39,7 @@ from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
+from rpr_mt.train.optimizer import build_optimizer
 from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.batching import Batch, EpochIterator, collate, make_batches, usable_examples
 from rpr_mt.train.loss import label_smoothed_nll
@@ -346,10 +347,7 @@ def train(
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
         f"<= {tokens_per_update:,} tokens per side per update (shared by all processes)")
 
-    optimizer = torch.optim.Adam(
-        model.parameters(), lr=1e-7, betas=t.adam_betas, eps=t.adam_eps, weight_decay=0.0,
-        **({"fused": True} if _fused_adam_ok(device) else {}),
-    )
+    optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
 
     # -- resume -----------------------------------------------------------------------------------------------------
@@ -574,13 +572,6 @@ def train(
     seconds = time.monotonic() - start_time
     return TrainResult(run_dir, step, epoch, stopped_by, best_bleu, last_saved, n_params, total_target_tokens,
                        seconds, _peak_memory_mb(device), elapsed_before + seconds, run_target_tokens())
-
-
-def _fused_adam_ok(device: torch.device) -> bool:
-    """Fused Adam exists for CPU and CUDA in recent torch; it is one kernel per step instead of several."""
-    import inspect
-
-    return "fused" in inspect.signature(torch.optim.Adam).parameters and device.type in ("cpu", "cuda")
 
 
 def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
