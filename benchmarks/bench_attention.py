@@ -11,6 +11,13 @@ For each sequence length L (self-attention, Lq = Lk = L) it times forward + back
     gather    relative_attention(impl="gather"): plain autograd, torch.gather forward, scatter_add folds
     naive     tensor2tensor / OpenNMT-py style: materialises the [H, L, L, d] tables of relation vectors
               (skipped where its memory estimate exceeds --naive-limit-gb)
+    content (rpr-mt)   content_attention as the model runs it (auto: the C row kernels in CPU training)
+    scheme: NAME       one self-attention layer's position terms of each scheme (rpr_mt.model.positions), as the
+                       model runs them: rotation (rope), the bias it builds every call (t5, alibi), the W_R R
+                       table (xl, no clip), Shaw's tables (relative, K+V and K only)
+
+The floor is the fastest content-only attention: SDPA, matmul-softmax-matmul, or rpr-mt's own content path.
+``--methods`` keeps the rows whose name contains one of its words (the floor's candidates always run).
 
 Inputs are laid out as MultiHeadAttention produces them: q, k, v are [B, H, L, d] views of one [B, L, 3, H, d]
 projection, and the output gradient is a [B, H, L, d] view of a [B, L, H, d] tensor. Times are medians of
@@ -24,6 +31,8 @@ and native paths keep from forward to backward outside the graph: their chunk bu
 and the native path's head-major copies of q, k, v.
 
     python benchmarks/bench_attention.py --lengths 32 64 128 256 512 --repeats 5 --threads 2
+    python benchmarks/bench_attention.py --methods scheme --lengths 20 --batch 100      # Multi30k training shapes
+    python benchmarks/bench_attention.py --methods scheme --lengths 128 256 512 --batch 32
 """
 
 from __future__ import annotations
@@ -38,10 +47,12 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
+from rpr_mt.config import ModelConfig
 from rpr_mt.host import keep_freed_memory
-from rpr_mt.model import native_attention
-from rpr_mt.model.attention import relative_attention
-from rpr_mt.model.positions import relative_position_index
+from rpr_mt.model.kernels import content_attention, native, relative_attention
+from rpr_mt.model.positions import AttentionPositions, build_position_scheme, relative_position_index
+
+FLOOR_CANDIDATES = ("SDPA", "matmul-softmax-matmul", "content (rpr-mt)")
 
 
 def naive_relative_attention(q, k, v, rel_k, rel_v, clip: int):
@@ -53,6 +64,21 @@ def naive_relative_attention(q, k, v, rel_k, rel_v, clip: int):
     scores = q @ k.transpose(-1, -2) + torch.einsum("bhid,hijd->bhij", q, table_k)
     probs = torch.softmax(scores * q.shape[-1] ** -0.5, dim=-1)
     return probs @ v + torch.einsum("bhij,hijd->bhid", probs, table_v)
+
+
+def scheme_layers(heads: int, dim: int, clip: int, device: str) -> dict[str, AttentionPositions]:
+    """The encoder self-attention terms of each scheme with attention terms, as the model builds them."""
+    def layer(positions: str, **settings) -> AttentionPositions:
+        cfg = ModelConfig(d_model=heads * dim, n_heads=heads, positions=positions, clip=clip, **settings)
+        built = build_position_scheme(cfg).to(device)
+        return built.self_attention("encoder", 0).to(device)
+
+    return {"relative K+V": layer("relative"), "relative K only": layer("relative", use_value=False),
+            "t5": layer("t5"), "alibi": layer("alibi"), "rope": layer("rope"), "xl": layer("xl")}
+
+
+def scheme_attention(layer: AttentionPositions, q, k, v):
+    return layer.attend(layer.rotate(q, 0), layer.rotate(k, 0), v, attn_mask=None, offset=0, dropout_p=0.0)
 
 
 def manual_attention(q, k, v):
@@ -111,6 +137,7 @@ def main() -> None:
     parser.add_argument("--shared", action="store_true", help="tables shared across heads (default: per head)")
     parser.add_argument("--naive-limit-gb", type=float, default=4.0)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
+    parser.add_argument("--methods", nargs="+", default=None, help="only rows whose name contains one of these")
     parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
                         help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
     args = parser.parse_args()
@@ -126,7 +153,9 @@ def main() -> None:
     rel_k = (torch.randn(table_shape, generator=gen) * d**-0.5).to(device).requires_grad_()
     rel_v = (torch.randn(table_shape, generator=gen) * d**-0.5).to(device).requires_grad_()
 
-    native_available = native_attention.available(rel_k)
+    native_available = native.available(rel_k)
+    layers = scheme_layers(H, d, c, device)
+    scheme_params = [p for layer in layers.values() for p in layer.parameters()]
     print(f"# relative attention benchmark: B={B} H={H} d={d} k={c} tables={'shared' if args.shared else 'per head'}")
     print(
         f"# device={device} threads={torch.get_num_threads()} torch={torch.__version__} "
@@ -153,10 +182,14 @@ def main() -> None:
             "V only (fused)": lambda: relative_attention(q, k, v, None, rel_v, clip=c, impl="fused"),
             "K+V recompute": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="fused", save_probs=False),
             "K+V gather": lambda: relative_attention(q, k, v, rel_k, rel_v, clip=c, impl="gather"),
+            "content (rpr-mt)": lambda: content_attention(q, k, v),
+            **{f"scheme: {name}": (lambda layer=layer: scheme_attention(layer, q, k, v)) for name, layer in layers.items()},
         }
+        if args.methods:
+            methods = {n: fn for n, fn in methods.items() if n in FLOOR_CANDIDATES or any(w in n for w in args.methods)}
         if not native_available:
             methods = {name: fn for name, fn in methods.items() if "native" not in name}
-        if naive_bytes <= args.naive_limit_gb * 2**30:
+        if naive_bytes <= args.naive_limit_gb * 2**30 and (not args.methods or any(w in "naive" for w in args.methods)):
             methods["K+V naive [H,L,L,d]"] = lambda: naive_relative_attention(q, k, v, rel_k, rel_v, c)
 
         def run(fn: Callable[[], torch.Tensor]) -> float:
@@ -175,20 +208,20 @@ def main() -> None:
         median = {name: statistics.median(ts) * 1e3 for name, ts in times.items()}
         memory = {}
         if not args.no_memory:
-            exclude = [qkv, rel_k, rel_v]
+            exclude = [qkv, rel_k, rel_v, *scheme_params]
             memory = {name: measure_memory(fn, grad_out, exclude, device) / 2**20 for name, fn in methods.items()}
 
-        floor_name = min(("SDPA", "matmul-softmax-matmul"), key=median.get)
+        floor_name = min(FLOOR_CANDIDATES, key=median.get)
         for name in methods:
             label = name
-            if name in ("SDPA", "matmul-softmax-matmul"):
+            if name in FLOOR_CANDIDATES:
                 label = f"floor: {name}" if name == floor_name else f"({name})"
             mem = f"{memory[name]:.1f}" if memory else "-"
             # the ratio is taken within each round and then the median over rounds: the machine's speed drifts
             # by 10-20% over minutes, and a round's methods run back to back, under the same conditions
             ratio = statistics.median(t / f for t, f in zip(times[name], times[floor_name]))
             print(f"| {L} | {label} | {median[name]:.1f} | {ratio:.2f} | {mem} |", flush=True)
-        if "K+V naive [H,L,L,d]" not in methods:
+        if "K+V naive [H,L,L,d]" not in methods and (not args.methods or "naive" in args.methods):
             print(f"| {L} | K+V naive [H,L,L,d] | skipped (~{naive_bytes / 2**30:.1f} GiB) | | |", flush=True)
         del qkv, q, k, v, grad_out
     print(f"\n# loadavg at end: {os.getloadavg()[0]:.2f}")

@@ -25,7 +25,7 @@ import torch.nn.functional as F
 
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.dropout import drop_rate, dropout, keep_mask
-from rpr_mt.model.native_attention import NativeRelativeAttention, available
+from rpr_mt.model.kernels.native import NativeRelativeAttention, available
 
 
 def main() -> None:
@@ -66,7 +66,7 @@ def main() -> None:
         def native():
             keep = keep_mask((B, H, L, L), p) if p > 0 else None
             rate = drop_rate(p) if p > 0 else 0.0
-            return NativeRelativeAttention.apply(q, k, v, None, None, mask, None, keep, 0, 0, rate, 8 << 20, True)
+            return NativeRelativeAttention.apply(q, k, v, None, None, None, mask, None, keep, 0, 0, rate, 8 << 20, True)
 
         methods = {"sdpa": sdpa, "manual": manual, "native": native}
         times: dict[str, list[float]] = {name: [] for name in methods}

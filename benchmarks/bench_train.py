@@ -1,11 +1,13 @@
-"""Training throughput of relative vs absolute position models on this machine.
+"""Training throughput of each position scheme against absolute positions on this machine.
 
-Runs real training updates (forward, label-smoothed loss, backward, Adam) of the same model with
-``positions=absolute`` and ``positions=relative`` (k=16, aK+aV, per-head tables) on length-bucketed batches drawn
-from two length regimes, in fp32 and bf16 autocast, and prints target tokens/s (medians over repeats) and the
-relative/absolute ratio (the median of the ratios of each repeat's back-to-back measurements, and their range).
+Runs real training updates (forward, label-smoothed loss, backward, Adam) of the same model with each scheme of
+``--schemes`` (default ``absolute`` and ``relative``: k=16, aK+aV, per-head tables; ``all``: every scheme) on
+length-bucketed batches drawn from two length regimes, in fp32 and bf16 autocast, and prints target tokens/s
+(medians over repeats) and each scheme's ratio to absolute (the median of the ratios of each repeat's back-to-back
+measurements, and their range).
 
     python benchmarks/bench_train.py                       # d_model 256, 3+3 layers, ~4k target tokens a batch
+    python benchmarks/bench_train.py --schemes all --regimes multi30k --precisions fp32
     python benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
     python benchmarks/bench_train.py --malloc default   # without rpr_mt.host.keep_freed_memory (glibc's default)
 
@@ -26,12 +28,15 @@ from pathlib import Path
 import numpy as np
 import torch
 
+import typing
+
 from rpr_mt.config import ModelConfig
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches
 from rpr_mt.train.trainer import TranslationLoss, _autocast
 
+SCHEMES = list(typing.get_args(typing.get_type_hints(ModelConfig)["positions"]))
 MULTI30K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "train.de.gz"
 
 
@@ -118,7 +123,9 @@ def main() -> None:
     add_model_arguments(parser)
     parser.add_argument("--updates", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="alternating abs/rel measurements; median reported")
+    parser.add_argument("--repeats", type=int, default=3, help="alternating measurements of the schemes; median reported")
+    parser.add_argument("--schemes", nargs="+", default=["relative"], choices=SCHEMES + ["all"],
+                        help="schemes measured beside absolute (all: every model.positions choice)")
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
                         help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
@@ -131,22 +138,22 @@ def main() -> None:
           f"layers, {args.heads} heads, ff {args.ff}, vocab {args.vocab}, attention dropout {args.attention_dropout}; batches <= {args.max_tokens} tokens a side; "
           f"{args.updates} timed updates after {args.warmup} warm-up, median of {args.repeats} alternating repeats; "
           f"malloc {args.malloc}\n")
-    print("| regime | precision | absolute tgt tok/s | relative k=16 tgt tok/s | relative / absolute | range |")
-    print("|---|---|---|---|---|---|")
+    schemes = SCHEMES if args.schemes == ["all"] else list(dict.fromkeys(["absolute", *args.schemes]))
+    print("| regime | precision | scheme | tgt tok/s | / absolute | range |")
+    print("|---|---|---|---:|---:|---|")
     for regime in args.regimes:
         src, tgt = lengths(regime, 6000, rng)
         data = SyntheticIds(src, tgt, args.vocab)
         for precision in args.precisions:
-            results = {"absolute": [], "relative": []}
-            for _ in range(args.repeats):  # alternate so that machine noise hits both alike
+            results: dict[str, list[float]] = {positions: [] for positions in schemes}
+            for _ in range(args.repeats):  # alternate so that machine noise hits every scheme alike
                 for positions in results:
                     results[positions].append(measure(positions, precision, data, args))
-            absolute = statistics.median(results["absolute"])
-            relative = statistics.median(results["relative"])
-            # the ratio within each repeat (measured back to back), then the median: the machine's speed drifts
-            ratios = [r / a for r, a in zip(results["relative"], results["absolute"])]
-            print(f"| {regime} | {precision} | {absolute:,.0f} | {relative:,.0f} | {statistics.median(ratios):.3f} "
-                  f"| {min(ratios):.3f}-{max(ratios):.3f} |", flush=True)
+            for positions, rates in results.items():
+                # the ratio within each repeat (measured back to back), then the median: the machine's speed drifts
+                ratios = [r / a for r, a in zip(rates, results["absolute"])]
+                print(f"| {regime} | {precision} | {positions} | {statistics.median(rates):,.0f} "
+                      f"| {statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |", flush=True)
 
 
 if __name__ == "__main__":
