@@ -25,9 +25,31 @@ def rotate(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
         raise ValueError(f"rotary embeddings need an even head dimension, got {dim}")
     inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim)  # [d/2]
     angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # [L, d/2]
-    cos, sin = angles.cos().to(x.dtype), angles.sin().to(x.dtype)
-    x1, x2 = x[..., : dim // 2], x[..., dim // 2 :]
-    return torch.cat([x1 * cos - x2 * sin, x1 * sin + x2 * cos], dim=-1)
+    return _Rotate.apply(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype))
+
+
+class _Rotate(torch.autograd.Function):
+    """The rotation in two passes over x (a multiply, then a multiply-add into the output) instead of the five of
+    the plain expression and its autograd backward; the backward pass is the inverse rotation (sin negated)."""
+
+    @staticmethod
+    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # type: ignore[override]
+        ctx.save_for_backward(cos, sin)
+        return _turn(x, cos, sin)
+
+    @staticmethod
+    def backward(ctx, grad: Tensor):  # type: ignore[override]
+        cos, sin = ctx.saved_tensors
+        return _turn(grad, cos, -sin), None, None
+
+
+def _turn(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    half = x.size(-1) // 2
+    x1, x2 = x[..., :half], x[..., half:]
+    out = torch.empty(x.shape, dtype=x.dtype, device=x.device)
+    torch.mul(x1, cos, out=out[..., :half]).addcmul_(x2, sin, value=-1.0)
+    torch.mul(x2, cos, out=out[..., half:]).addcmul_(x1, sin)
+    return out
 
 
 class Rotary(AttentionPositions):
