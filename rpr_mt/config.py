@@ -52,6 +52,9 @@ class DataConfig:
     )
     demo_seed: int = 1234  # source=demo: generator seed (the corpus is a pure function of it)
     max_train_pairs: Optional[int] = None  # keep only the first N training pairs (quick experiments)
+    # train only on pairs of at most this many pieces a side (without eos); dev/test and the prepared data keep all
+    # (length extrapolation: the study tests on inputs longer than any seen in training)
+    max_train_tokens: Optional[int] = None
     max_words: int = 250  # cleaning: drop pairs with more whitespace words than this on either side
     max_length_ratio: float = 3.0  # cleaning: drop pairs whose word-count ratio exceeds this
     dedup: bool = False  # cleaning: drop exact duplicate training pairs
@@ -168,6 +171,7 @@ class Config:
         d, m, t, dec = self.data, self.model, self.train, self.decode
         _require(d.vocab_size >= 16, "data.vocab_size must be at least 16")
         _require(d.max_words > 0, "data.max_words must be positive")
+        _require(d.max_train_tokens is None or d.max_train_tokens > 0, "data.max_train_tokens must be positive")
         _require(d.max_length_ratio >= 1.0, "data.max_length_ratio must be >= 1")
         _require(d.spm_sample_sentences > 0, "data.spm_sample_sentences must be positive")
         _require(0.0 < d.spm_character_coverage <= 1.0, "data.spm_character_coverage must be in (0, 1]")

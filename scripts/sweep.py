@@ -16,14 +16,14 @@ import shlex
 import sys
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.sweep import TABLE_NAMES, plan_runs, run_config, run_sweep, is_finished
+from rpr_mt.experiments.sweep import PAPER_TABLES, TABLE_NAMES, plan_runs, run_config, run_sweep, is_finished
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="base config (its own model is the relative row of every table)")
     parser.add_argument("--root", required=True, help="sweep directory: one sub-directory per run")
-    parser.add_argument("--tables", nargs="+", default=list(TABLE_NAMES), choices=TABLE_NAMES)
+    parser.add_argument("--tables", nargs="+", default=list(PAPER_TABLES), choices=TABLE_NAMES)
     parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="section.key=value applied to every run (before the table's own overrides)")

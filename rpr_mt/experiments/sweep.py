@@ -5,6 +5,7 @@ Each table is a list of cells; a cell is a set of config overrides applied to th
     positions   Table 1: absolute vs relative position representations
     clip        Table 2: the clipping distance k in {0, 1, 2, 4, 16, 64, 256}
     key_value   Table 3: the relative terms aV and aK, each on or off (neither = no position information)
+    schemes     every position scheme of rpr_mt.model.positions (the study of docs/positions.md)
 
 A *run* is one (resolved config, seed). Cells that resolve to the same config share one run: the base config's own
 relative model is Table 1's "relative" row, Table 2's row for its k and Table 3's aV+aK row. Every run trains in its
@@ -33,7 +34,8 @@ from rpr_mt.config import Config, config_to_dict, load_config
 from rpr_mt.errors import UserError
 from rpr_mt.provenance import code_version
 
-TABLE_NAMES = ("positions", "clip", "key_value")
+TABLE_NAMES = ("positions", "clip", "key_value", "schemes")
+PAPER_TABLES = ("positions", "clip", "key_value")  # Shaw et al.'s Tables 1-3; "schemes" is the position-scheme study
 CLIPS = (0, 1, 2, 4, 16, 64, 256)  # Shaw et al., Table 2
 
 
@@ -61,6 +63,19 @@ def table_cells(table: str) -> list[Cell]:
             Cell(table, "aV only", (relative, "model.use_value=true", "model.use_key=false")),
             # Both terms off leaves no position information at all: the paper's 12.5 BLEU row.
             Cell(table, "neither", ("model.positions=none",)),
+        ]
+    if table == "schemes":  # every position scheme (docs/positions.md)
+        return [
+            Cell(table, "absolute sinusoidal", ("model.positions=absolute", "model.absolute_kind=sinusoidal")),
+            Cell(table, "absolute learned", ("model.positions=absolute", "model.absolute_kind=learned")),
+            Cell(table, "Shaw k=16", ("model.positions=relative", "model.clip=16")),
+            Cell(table, "Shaw k=4", ("model.positions=relative", "model.clip=4")),
+            Cell(table, "Shaw k=64", ("model.positions=relative", "model.clip=64")),
+            Cell(table, "T5 bias", ("model.positions=t5",)),
+            Cell(table, "Transformer-XL", ("model.positions=xl",)),
+            Cell(table, "RoPE", ("model.positions=rope",)),
+            Cell(table, "ALiBi", ("model.positions=alibi",)),
+            Cell(table, "none", ("model.positions=none",)),
         ]
     raise UserError(f"unknown table {table!r}; choose from {', '.join(TABLE_NAMES)}")
 

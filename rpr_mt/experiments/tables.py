@@ -33,12 +33,14 @@ PAPER_COLUMN = {
     "positions": "paper: WMT14 test, En-De / En-Fr",
     "clip": "paper: En-De dev",
     "key_value": "paper: En-De dev",
+    "schemes": "",
 }
-ROW_HEADER = {"positions": "position information", "clip": "k", "key_value": "relative terms"}
+ROW_HEADER = {"positions": "position information", "clip": "k", "key_value": "relative terms", "schemes": "scheme"}
 TITLES = {
     "positions": "Table 1: absolute vs relative position representations",
     "clip": "Table 2: clipping distance k",
     "key_value": "Table 3: relative terms in the keys (aK) and values (aV)",
+    "schemes": "Position schemes",
 }
 
 

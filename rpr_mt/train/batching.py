@@ -46,11 +46,13 @@ class Batch:
         )
 
 
-def usable_examples(data: ParallelIdsLike, max_positions: int) -> np.ndarray:
-    """Indices of examples that fit the model (pieces + eos/bos <= max_positions) and are non-empty."""
+def usable_examples(data: ParallelIdsLike, max_positions: int, max_tokens: int | None = None) -> np.ndarray:
+    """Indices of examples that fit the model (pieces + eos/bos <= max_positions), are non-empty and, with
+    ``max_tokens``, have at most that many pieces a side (eos not counted)."""
     src_len = np.asarray(data.src_lengths) + 1
     tgt_len = np.asarray(data.tgt_lengths) + 1
-    keep = (src_len <= max_positions) & (tgt_len <= max_positions) & (src_len > 1) & (tgt_len > 1)
+    limit = max_positions if max_tokens is None else min(max_positions, max_tokens + 1)
+    keep = (src_len <= limit) & (tgt_len <= limit) & (src_len > 1) & (tgt_len > 1)
     return np.flatnonzero(keep)
 
 

@@ -334,16 +334,18 @@ def train(
     vocab = Vocab.load(data_dir / "spm.model")
     train_data = load_split(data_dir, "train")
     dev_data = load_split(data_dir, "dev") if ids_file(data_dir, "dev", "src").is_file() else None
-    train_indices = usable_examples(train_data, cfg.model.max_positions)
+    train_indices = usable_examples(train_data, cfg.model.max_positions, cfg.data.max_train_tokens)
+    cap = f"model.max_positions={cfg.model.max_positions}" + (
+        f" and data.max_train_tokens={cfg.data.max_train_tokens}" if cfg.data.max_train_tokens is not None else "")
     if len(train_indices) == 0:
-        raise UserError(f"no training pair in {data_dir} fits model.max_positions={cfg.model.max_positions}")
+        raise UserError(f"no training pair in {data_dir} fits {cap}")
     dropped = len(train_data) - len(train_indices)
 
     torch.manual_seed(t.seed)
     model = Seq2Seq(cfg.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id).to(device)
     n_params = count_parameters(model)
     log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
-        f"{len(train_indices):,} training pairs" + (f" ({dropped:,} longer than max_positions skipped)" if dropped else ""))
+        f"{len(train_indices):,} training pairs" + (f" ({dropped:,} longer than {cap} skipped)" if dropped else ""))
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
         f"<= {tokens_per_update:,} tokens per side per update (shared by all processes)")
 

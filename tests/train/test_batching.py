@@ -52,6 +52,16 @@ def test_usable_examples_drops_too_long_and_empty():
     assert all(data.src_lengths[i] + 1 <= 20 and data.tgt_lengths[i] + 1 <= 20 for i in idx)
 
 
+def test_usable_examples_training_length_cap():
+    data = FakeIds()
+    capped = usable_examples(data, max_positions=1024, max_tokens=12)
+    expected = [i for i in range(len(data.src_lengths))
+                if 0 < data.src_lengths[i] <= 12 and 0 < data.tgt_lengths[i] <= 12]
+    assert capped.tolist() == expected and 0 < len(expected) < len(data.src_lengths)
+    # the tighter of the two limits wins
+    assert usable_examples(data, max_positions=8, max_tokens=12).tolist() == usable_examples(data, 8).tolist()
+
+
 def test_collate_adds_bos_eos_and_ranks_split_rows():
     data = FakeIds(10)
     rows = np.arange(5)
