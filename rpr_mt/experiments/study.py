@@ -1,0 +1,303 @@
+"""The position-scheme study: every scheme trained as in the sweep, then tested on inputs longer than any seen in
+training (docs/positions.md).
+
+Long inputs: from each Multi30k dev and test split, groups of ``f`` consecutive sentences joined by a space, for
+f = 2, 3, 4 (the sources and the references joined the same way; a last group of fewer than f sentences is dropped),
+beside the originals (f = 1). Joined sentences are still one line to translate: the model must translate an input
+f times as long as a usual one, past the training cap ``data.max_train_tokens``.
+
+Per finished run, ``evaluate_long`` decodes every set (f = 1 reuses the sweep's own ``<split>.hyp``) with the run's
+scored checkpoint and decode settings and writes ``long_results.json``: sacreBLEU, chrF and the hypothesis/reference
+length ratio per set, and BLEU per source-length bucket over all sets of a split together. It says what it cut:
+sources longer than ``model.max_positions - 1`` pieces (truncated by ``translate``) and hypotheses that stopped at the
+output length limit without eos. Resumable: a run whose ``long_results.json`` matches its config and sets is skipped.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import hashlib
+import json
+from pathlib import Path
+from typing import Any, Callable, Sequence
+
+from sacrebleu.metrics import BLEU, CHRF
+
+from rpr_mt.config import Config, config_to_dict
+from rpr_mt.errors import UserError
+from rpr_mt.experiments.lengths import bleu_by_length, buckets_from_edges
+from rpr_mt.experiments.sweep import config_fingerprint
+
+__all__ = ["FACTORS", "LENGTH_EDGES", "bucket_table", "corpus_scores", "evaluate_long", "join_consecutive",
+           "long_sets", "plot_study", "render_bootstrap", "render_study_table", "write_long_sets"]
+
+FACTORS = (1, 2, 3, 4)
+SPLITS = ("dev", "test")
+# Source-length buckets (whitespace words) over the original and joined sets together: Multi30k captions average
+# 12 words, so x4 inputs reach ~50 and the longest ~110.
+LENGTH_EDGES = (10, 15, 20, 30, 40, 60, 80)
+
+
+def join_consecutive(lines: Sequence[str], factor: int) -> list[str]:
+    """Lines 0..f-1 joined by one space, then f..2f-1, ...; a last group shorter than ``factor`` is dropped."""
+    if factor < 1:
+        raise ValueError(f"factor must be >= 1, got {factor}")
+    usable = len(lines) - len(lines) % factor
+    return [" ".join(line.strip() for line in lines[i : i + factor]) for i in range(0, usable, factor)]
+
+
+def long_sets(sources: Sequence[str], references: Sequence[str], factors: Sequence[int] = FACTORS
+              ) -> dict[int, tuple[list[str], list[str]]]:
+    """factor -> (joined sources, joined references), line-aligned."""
+    if len(sources) != len(references):
+        raise UserError(f"{len(sources)} sources but {len(references)} references")
+    return {f: (join_consecutive(sources, f), join_consecutive(references, f)) for f in factors}
+
+
+def write_long_sets(data_dir: str | Path, out_dir: str | Path, src_lang: str, tgt_lang: str) -> list[Path]:
+    """The joined sets as files for other tools: ``<split>.x<f>.<lang>`` (f >= 2)."""
+    from rpr_mt.data.prepare import reference_files
+    from rpr_mt.decode.translate import read_lines
+
+    written = []
+    for split in SPLITS:
+        src_path, ref_path = reference_files(data_dir, split)
+        for factor, (src, ref) in long_sets(read_lines(src_path), read_lines(ref_path)).items():
+            if factor == 1:
+                continue
+            for lines, lang in ((src, src_lang), (ref, tgt_lang)):
+                path = Path(out_dir) / f"{split}.x{factor}.{lang}"
+                path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = path.with_name(path.name + ".tmp")
+                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
+                tmp.replace(path)
+                written.append(path)
+    return written
+
+
+def sets_fingerprint(cfg: Config, factors: Sequence[int], edges: Sequence[int]) -> str:
+    spec = {"config": config_fingerprint(cfg), "factors": list(factors), "edges": list(edges),
+            "decode": config_to_dict(cfg)["decode"]}
+    return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
+
+
+def corpus_scores(hypotheses: list[str], references: list[str]) -> dict[str, float]:
+    """sacreBLEU, chrF and the hypothesis/reference length ratio (BLEU's sys_len / ref_len)."""
+    bleu = BLEU().corpus_score(hypotheses, [references])
+    return {"bleu": bleu.score, "chrf": CHRF().corpus_score(hypotheses, [references]).score,
+            "length_ratio": bleu.sys_len / bleu.ref_len if bleu.ref_len else 0.0}
+
+
+def evaluate_long(
+    cfg: Config,
+    factors: Sequence[int] = FACTORS,
+    edges: Sequence[int] = LENGTH_EDGES,
+    log: Callable[[str], None] = print,
+) -> dict[str, Any]:
+    """Decode and score the original and joined dev/test sets with one finished run (module docstring)."""
+    import torch
+
+    from rpr_mt.data.prepare import reference_files
+    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.train.checkpoint import load_for_inference
+
+    run_dir = Path(cfg.train.run_dir)
+    out_path = run_dir / "long_results.json"
+    fingerprint = sets_fingerprint(cfg, factors, edges)
+    if out_path.is_file():
+        done = json.loads(out_path.read_text(encoding="utf-8"))
+        if done.get("fingerprint") == fingerprint:
+            return done
+    which = "average" if cfg.train.average_last > 1 else "last"
+    model, _, vocab, checkpoint = load_for_inference(run_dir, which)
+    decode = dataclasses.replace(cfg.decode, nbest=1)
+    buckets = buckets_from_edges(list(edges))
+    record: dict[str, Any] = {"fingerprint": fingerprint, "checkpoint_file": checkpoint.name, "sets": {},
+                              "buckets": {}, "max_train_tokens": cfg.data.max_train_tokens,
+                              "max_positions": cfg.model.max_positions}
+    for split in SPLITS:
+        src_path, ref_path = reference_files(cfg.data.output_dir, split)
+        all_src: list[str] = []
+        all_hyp: list[str] = []
+        all_ref: list[str] = []
+        for factor, (sources, references) in long_sets(read_lines(src_path), read_lines(ref_path), factors).items():
+            name = f"{split}.x{factor}"
+            hyp_path = run_dir / (f"{split}.hyp" if factor == 1 else f"long/{name}.hyp")
+            pieces = [len(vocab.encode(line)) for line in sources]
+            if hyp_path.is_file() and len(read_lines(hyp_path)) == len(sources):
+                hypotheses = read_lines(hyp_path)
+            else:
+                log(f"{run_dir}: decoding {name} ({len(sources)} inputs, up to {max(pieces)} pieces)")
+                hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"))
+                hyp_path.parent.mkdir(parents=True, exist_ok=True)
+                tmp = hyp_path.with_name(hyp_path.name + ".tmp")
+                tmp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+                tmp.replace(hyp_path)
+            # what decoding cut: sources past max_positions - 1 pieces are truncated by translate, and the output
+            # limit a * |x| + b (|x| with eos, capped at max_positions - 1; decode.search.max_output_lengths) may
+            # stop a hypothesis before its eos (counted on the re-encoded output, which SentencePiece gives back
+            # as decoded but for rare normalisation differences)
+            limit = [min(int(decode.max_len_a * (n + 1) + decode.max_len_b), cfg.model.max_positions - 1)
+                     for n in pieces]
+            at_limit = sum(len(vocab.encode(h)) >= lim for h, lim in zip(hypotheses, limit))
+            record["sets"][name] = {
+                **corpus_scores(hypotheses, references), "lines": len(sources),
+                "max_source_pieces": max(pieces), "mean_source_words": sum(len(s.split()) for s in sources)
+                / len(sources),
+                "truncated_sources": sum(n > cfg.model.max_positions - 1 for n in pieces),
+                "hypotheses_at_length_limit": at_limit,
+            }
+            all_src += sources
+            all_hyp += hypotheses
+            all_ref += references
+        record["buckets"][split] = [
+            {"bucket": b.label, "low": b.low, "high": b.high, "sentences": count, "bleu": bleu}
+            for b, (count, bleu) in zip(buckets, bleu_by_length(all_src, all_hyp, all_ref, buckets))
+        ]
+    tmp = out_path.with_name(out_path.name + ".tmp")
+    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(out_path)
+    return record
+
+
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The study's table, plot and paired bootstrap
+# ----------------------------------------------------------------------------------------------------------------------
+
+BASELINE = "absolute sinusoidal"  # the row the tok/s column and the bootstrap compare against
+
+
+def load_long_results(root: str | Path, runs: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """run directory -> its long_results.json, for the runs that have one."""
+    found = {}
+    for run in runs:
+        path = Path(root) / run / "long_results.json"
+        if path.is_file():
+            found[run] = json.loads(path.read_text(encoding="utf-8"))
+    return found
+
+
+def _scheme_rows(sweep: Any) -> list[tuple[str, list[str]]]:
+    from rpr_mt.experiments.sweep import table_cells
+
+    rows = []
+    for cell in table_cells("schemes"):
+        results = sweep.cells.get(("schemes", cell.label))
+        if results is not None:
+            rows.append((cell.label, [r for r in results.runs if r in sweep.results]))
+    return rows
+
+
+def render_study_table(sweep: Any) -> str:
+    """Markdown: per scheme, mean ± std over the finished seeds of dev and test BLEU, test BLEU at x2, x3, x4,
+    the length ratio at x4, training tokens/s relative to the baseline's mean, and the parameter count."""
+    from rpr_mt.experiments.tables import mean_std
+
+    long = load_long_results(sweep.root, list(sweep.results))
+    rows = _scheme_rows(sweep)
+    base_runs = dict(rows).get(BASELINE, [])
+    base_rate = sum(sweep.results[r]["tgt_tok_s"] for r in base_runs) / len(base_runs) if base_runs else None
+    lines = ["| scheme | seeds | dev BLEU | test BLEU | test x2 | test x3 | test x4 | length ratio x4 "
+             "| tok/s vs absolute | parameters |", "|---|---|---|---|---|---|---|---|---|---|"]
+    for label, runs in rows:
+        res = [sweep.results[r] for r in runs]
+        longs = [long[r] for r in runs if r in long]
+        cols = [mean_std([x["sets"][f"test.x{f}"]["bleu"] for x in longs]) if longs else "" for f in (2, 3, 4)]
+        ratio = mean_std([x["sets"]["test.x4"]["length_ratio"] for x in longs], 3) if longs else ""
+        speed = mean_std([r["tgt_tok_s"] / base_rate for r in res], 3) if base_rate and res else ""
+        params = f"{res[0]['parameters']:,}" if res else ""
+        lines.append(f"| {label} | {len(res)}/{len(sweep.cells[('schemes', label)].runs)} "
+                     f"| {mean_std([r['dev_bleu'] for r in res]) if res else ''} "
+                     f"| {mean_std([r['test_bleu'] for r in res]) if res else ''} | {' | '.join(cols)} | {ratio} "
+                     f"| {speed} | {params} |")
+    return "\n".join(lines) + "\n"
+
+
+def bucket_table(sweep: Any, split: str = "test") -> tuple[list[str], list[tuple[str, list[float | None]]]]:
+    """(bucket labels, per scheme: mean BLEU over seeds per bucket) from the runs' long_results.json."""
+    long = load_long_results(sweep.root, list(sweep.results))
+    labels: list[str] = []
+    rows = []
+    for label, runs in _scheme_rows(sweep):
+        per_seed = [long[r]["buckets"][split] for r in runs if r in long]
+        if not per_seed:
+            continue
+        labels = [b["bucket"] for b in per_seed[0]]
+        means = []
+        for i in range(len(labels)):
+            values = [seed[i]["bleu"] for seed in per_seed if seed[i]["bleu"] is not None]
+            means.append(sum(values) / len(values) if values else None)
+        rows.append((label, means))
+    return labels, rows
+
+
+def plot_study(sweep: Any, out_path: str | Path, split: str = "test") -> Path:
+    """BLEU against source length (buckets over the original and joined sets) per scheme, as a PNG."""
+    from rpr_mt.experiments.tables import pyplot
+
+    plt = pyplot()
+    labels, rows = bucket_table(sweep, split)
+    if not rows:
+        raise UserError(f"no run under {sweep.root} has long_results.json yet")
+    fig, ax = plt.subplots(figsize=(9, 5))
+    for label, means in rows:
+        xs = [i for i, m in enumerate(means) if m is not None]
+        ax.plot(xs, [means[i] for i in xs], marker="o", label=label)
+    ax.set_xticks(range(len(labels)), labels)
+    ax.set_xlabel(f"source length in words ({split}, original and x2-x4 joined sentences)")
+    ax.set_ylabel("sacreBLEU (mean over seeds)")
+    ax.grid(alpha=0.3)
+    ax.legend(fontsize=8, ncol=2)
+    out_path = Path(out_path)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fig.tight_layout()
+    fig.savefig(out_path, dpi=120)
+    plt.close(fig)
+    return out_path
+
+
+def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (1, 4)) -> str:
+    """Markdown: each scheme minus the baseline of the same seed, per set, with the paired bootstrap p-value."""
+    from rpr_mt.data.prepare import reference_files
+    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.experiments.outputs import _run_data_dir
+    from rpr_mt.experiments.significance import paired_bootstrap
+
+    rows = _scheme_rows(sweep)
+    base = {sweep.entries[r]["seed"]: r for r in dict(rows).get(BASELINE, [])}
+    if not base:
+        raise UserError(f"no finished '{BASELINE}' run to compare with")
+    data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
+    src_path, ref_path = reference_files(data_dir, split)
+    sets = long_sets(read_lines(src_path), read_lines(ref_path), factors)
+    lines = [f"| scheme | " + " | ".join(f"Δ {split} x{f} BLEU (p per seed)" for f in factors) + " |",
+             "|---|" + "---|" * len(factors)]
+    for label, runs in rows:
+        if label == BASELINE:
+            continue
+        cells = []
+        for factor in factors:
+            name = f"{split}.x{factor}"
+            parts = []
+            for run in runs:
+                seed = sweep.entries[run]["seed"]
+                if seed not in base:
+                    continue
+                hyps = [_hypotheses(sweep.root / r, name) for r in (base[seed], run)]
+                if None in hyps:
+                    continue
+                delta, p = paired_bootstrap(hyps[0], hyps[1], sets[factor][1])
+                parts.append(f"{delta:+.2f} (p={p:.3f})")
+            cells.append(", ".join(parts))
+        lines.append(f"| {label} | " + " | ".join(cells) + " |")
+    return "\n".join(lines) + "\n"
+
+
+def _hypotheses(run_dir: Path, name: str) -> list[str] | None:
+    from rpr_mt.decode.translate import read_lines
+
+    split, factor = name.split(".x")
+    path = run_dir / (f"{split}.hyp" if factor == "1" else f"long/{name}.hyp")
+    return read_lines(path) if path.is_file() else None

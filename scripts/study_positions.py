@@ -1,0 +1,63 @@
+"""The position-scheme study (docs/positions.md): train every scheme as the sweep does, then test each on inputs
+2-4 times longer than any seen in training (rpr_mt/experiments/study.py).
+
+    # train every scheme (seed-major, resumable: re-run the same command), then decode the long sets with each
+    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root runs/study_positions --seeds 1 2
+    # the table, BLEU against source length (PNG) and the paired bootstrap against absolute sinusoidal positions
+    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root runs/study_positions --report \\
+        --plot docs/img/positions_bleu_by_length.png --bootstrap
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+
+from rpr_mt.errors import UserError
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("config", help="base config of the study (configs/multi30k_en_de_positions.yaml)")
+    parser.add_argument("--root", required=True, help="study directory: one sub-directory per run")
+    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--set", dest="overrides", action="append", default=[],
+                        help="section.key=value applied to every run")
+    parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
+    parser.add_argument("--report", action="store_true", help="print the table of finished runs; train nothing")
+    parser.add_argument("--plot", help="with --report: write BLEU against source length per scheme to this PNG")
+    parser.add_argument("--bootstrap", action="store_true", help="with --report: paired bootstrap vs the baseline")
+    args = parser.parse_args(argv)
+    try:
+        from rpr_mt.experiments.study import evaluate_long, plot_study, render_bootstrap, render_study_table
+        from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep, is_finished
+        from rpr_mt.experiments.tables import load_sweep
+
+        if args.report:
+            sweep = load_sweep(args.root)
+            print(render_study_table(sweep))
+            if args.plot:
+                print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
+            if args.bootstrap:
+                print(render_bootstrap(sweep))
+            return 0
+        status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides, args.only)
+        if status == "signal":
+            return 130
+        for run in plan_runs(args.config, ["schemes"], args.seeds, args.overrides):
+            if args.only and run.directory not in args.only:
+                continue
+            cfg = run_config(args.config, args.overrides, run, args.root)
+            if is_finished(cfg):
+                record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+                x4 = record["sets"]["test.x4"]
+                print(f"{run.directory}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}",
+                      file=sys.stderr, flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

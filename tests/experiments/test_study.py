@@ -1,0 +1,113 @@
+"""The position-scheme study on tiny demo runs: long-set construction, the cap, decoding of the long sets with what
+was cut, resumption, and table numbers equal to the runs' own metrics."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from rpr_mt.config import config_from_dict, load_config, save_config
+from rpr_mt.data.prepare import prepare, reference_files
+from rpr_mt.decode.translate import read_lines
+from rpr_mt.experiments import study
+from rpr_mt.experiments.study import evaluate_long, join_consecutive, long_sets, render_study_table, write_long_sets
+from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
+from rpr_mt.experiments.tables import load_sweep
+from tests.train.test_trainer import tiny
+
+RUNS = ["positions=absolute/seed1", "positions=alibi/seed1", "base/seed1"]
+
+
+def test_join_consecutive_groups_in_order_and_drops_the_remainder():
+    lines = ["a b", "c", " d ", "e f", "g"]
+    assert join_consecutive(lines, 1) == ["a b", "c", "d", "e f", "g"]
+    assert join_consecutive(lines, 2) == ["a b c", "d e f"]
+    assert join_consecutive(lines, 3) == ["a b c d"]
+    assert join_consecutive(lines, 6) == []
+    sets = long_sets(["1", "2", "3", "4"], ["eins", "zwei", "drei", "vier"], (1, 2, 4))
+    assert sets[2] == (["1 2", "3 4"], ["eins zwei", "drei vier"]) and sets[4] == (["1 2 3 4"], ["eins zwei drei vier"])
+
+
+@pytest.fixture(scope="module")
+def study_root(tmp_path_factory) -> tuple[Path, Path]:
+    """Three tiny schemes (absolute sinusoidal, ALiBi, Shaw k = 4) trained through the study's sweep table, with a
+    training cap below the longest demo sentences."""
+    root = tmp_path_factory.mktemp("study")
+    raw = tiny(root / "data", root / "unused", data={"max_train_tokens": 12}, train={"validate_every": 100})
+    config = root / "study.yaml"
+    save_config(config_from_dict(raw), config)
+    prepare(load_config(config).data, progress=False)
+    assert run_sweep(config, root / "runs", ["schemes"], [1], only=RUNS, log=lambda _: None) == "done"
+    return config, root / "runs"
+
+
+def configs(config, runs_root):
+    return {r.directory: run_config(config, [], r, runs_root) for r in plan_runs(config, ["schemes"], [1], [])
+            if r.directory in RUNS}
+
+
+def test_the_training_cap_drops_long_pairs(study_root):
+    config, runs_root = study_root
+    log = (runs_root / "base/seed1/metrics.jsonl").read_text()  # the trainer's first record names the cap
+    run_log = json.loads((runs_root / "base/seed1/result.json").read_text())
+    assert run_log["updates"] == 12
+    cfg = load_config(config)
+    from rpr_mt.data.binarize import load_split
+    from rpr_mt.train.batching import usable_examples
+
+    data = load_split(cfg.data.output_dir, "train")
+    kept = usable_examples(data, cfg.model.max_positions, cfg.data.max_train_tokens)
+    assert 0 < len(kept) < len(data) and log
+
+
+def test_long_sets_are_decoded_scored_and_resumed(study_root, monkeypatch):
+    config, runs_root = study_root
+    for run, cfg in configs(config, runs_root).items():
+        record = evaluate_long(cfg, log=lambda _: None)
+        result = json.loads((runs_root / run / "result.json").read_text())
+        # x1 is the sweep's own test decoding: the same BLEU as the run's result
+        assert record["sets"]["test.x1"]["bleu"] == pytest.approx(result["test_bleu"])
+        assert record["sets"]["dev.x1"]["bleu"] == pytest.approx(result["dev_bleu"])
+        src_path, ref_path = reference_files(cfg.data.output_dir, "test")
+        n = len(read_lines(src_path))
+        for factor in (2, 3, 4):
+            hyps = read_lines(runs_root / run / f"long/test.x{factor}.hyp")
+            assert len(hyps) == n // factor == record["sets"][f"test.x{factor}"]["lines"]
+            assert record["sets"][f"test.x{factor}"]["truncated_sources"] == 0
+        total = sum(b["sentences"] for b in record["buckets"]["test"])
+        assert total == sum(n // f for f in (1, 2, 3, 4))
+    # resumption: a finished run is not decoded again
+    monkeypatch.setattr("rpr_mt.decode.translate.translate_lines", lambda *a, **k: pytest.fail("decoded again"))
+    for cfg in configs(config, runs_root).values():
+        evaluate_long(cfg, log=lambda _: None)
+
+
+def test_table_numbers_are_the_runs_own(study_root):
+    config, runs_root = study_root
+    for cfg in configs(config, runs_root).values():
+        evaluate_long(cfg, log=lambda _: None)
+    sweep = load_sweep(runs_root)
+    table = render_study_table(sweep)
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in table.splitlines()[2:]}
+    for run, label in [("positions=absolute/seed1", "absolute sinusoidal"), ("positions=alibi/seed1", "ALiBi"),
+                       ("base/seed1", "Shaw k=4")]:
+        result = json.loads((runs_root / run / "result.json").read_text())
+        long = json.loads((runs_root / run / "long_results.json").read_text())
+        row = rows[label]
+        assert row[2] == f"{result['dev_bleu']:.2f}" and row[3] == f"{result['test_bleu']:.2f}"
+        assert row[6] == f"{long['sets']['test.x4']['bleu']:.2f}"
+        assert row[9].rstrip(" |") == f"{result['parameters']:,}"
+    assert rows["absolute sinusoidal"][8] == "1.000"
+    assert "| T5 bias | 0/0" not in table  # unplanned schemes have no row
+
+
+def test_long_set_files(study_root, tmp_path):
+    config, _ = study_root
+    cfg = load_config(config)
+    written = write_long_sets(cfg.data.output_dir, tmp_path, "en", "de")
+    assert sorted(p.name for p in written)[:2] == ["dev.x2.de", "dev.x2.en"] and len(written) == 12
+    src = read_lines(tmp_path / "test.x2.en")
+    original = read_lines(reference_files(cfg.data.output_dir, "test")[0])
+    assert src[0] == f"{original[0]} {original[1]}"
