@@ -86,3 +86,14 @@ def test_plots_are_written(tmp_path):
 def test_missing_plan_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match="plan.json not found"):
         load_sweep(tmp_path)
+
+
+def test_paper_numbers_match_the_checked_transcriptions():
+    """Shaw et al. (2018) as transcribed twice independently (issue #17); docs/reproduction.md marks them checked."""
+    from rpr_mt.experiments.tables import PAPER
+
+    assert PAPER[("positions", "absolute")] == "26.5 / 38.2" and PAPER[("positions", "relative")] == "26.8 / 38.7"
+    assert [PAPER[("clip", f"k={k}")] for k in (0, 1, 2, 4, 16, 64, 256)] == \
+        ["12.5", "25.5", "25.8", "25.9", "25.8", "25.9", "25.8"]
+    assert [PAPER[("key_value", c)] for c in ("aV+aK", "aK only", "aV only", "neither")] == \
+        ["25.8", "25.8", "25.3", "12.5"]
