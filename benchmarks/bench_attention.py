@@ -14,7 +14,8 @@ For each sequence length L (self-attention, Lq = Lk = L) it times forward + back
     content (rpr-mt)   content_attention as the model runs it (auto: the C row kernels in CPU training)
     scheme: NAME       one self-attention layer's position terms of each scheme (rpr_mt.model.positions), as the
                        model runs them: rotation (rope), the bias it builds every call (t5, alibi), the W_R R
-                       table (xl, no clip), Shaw's tables (relative, K+V and K only)
+                       table (xl: every distance; "xl clip 16": clipped at --clip), Shaw's tables (relative,
+                       K+V and K only)
 
 The floor is the fastest content-only attention: SDPA, matmul-softmax-matmul, or rpr-mt's own content path.
 ``--methods`` keeps the rows whose name contains one of its words (the floor's candidates always run).
@@ -47,7 +48,7 @@ from typing import Callable
 import torch
 import torch.nn.functional as F
 
-from rpr_mt.config import ModelConfig
+from rpr_mt.config import config_from_dict
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.kernels import content_attention, native, relative_attention
 from rpr_mt.model.positions import AttentionPositions, build_position_scheme, relative_position_index
@@ -69,12 +70,14 @@ def naive_relative_attention(q, k, v, rel_k, rel_v, clip: int):
 def scheme_layers(heads: int, dim: int, clip: int, device: str) -> dict[str, AttentionPositions]:
     """The encoder self-attention terms of each scheme with attention terms, as the model builds them."""
     def layer(positions: str, **settings) -> AttentionPositions:
-        cfg = ModelConfig(d_model=heads * dim, n_heads=heads, positions=positions, clip=clip, **settings)
+        raw = dict(d_model=heads * dim, n_heads=heads, positions=positions, clip=clip, **settings)
+        cfg = config_from_dict({"model": raw}).model
         built = build_position_scheme(cfg).to(device)
         return built.self_attention("encoder", 0).to(device)
 
     return {"relative K+V": layer("relative"), "relative K only": layer("relative", use_value=False),
-            "t5": layer("t5"), "alibi": layer("alibi"), "rope": layer("rope"), "xl": layer("xl")}
+            "t5": layer("t5"), "alibi": layer("alibi"), "rope": layer("rope"), "xl": layer("xl"),
+            "xl clip 16": layer("xl", xl={"clip": clip})}
 
 
 def scheme_attention(layer: AttentionPositions, q, k, v):
