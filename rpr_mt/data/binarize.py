@@ -11,10 +11,11 @@ Both load with ``mmap_mode="r"``, so training touches only the pages it reads.
 
 from __future__ import annotations
 
+import hashlib
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Any, Iterator, Optional
 
 import numpy as np
 from tqdm import tqdm
@@ -133,8 +134,34 @@ class ParallelIds:
         return self._tgt[self._tgt_off[i]:self._tgt_off[i + 1]]
 
 
-def load_split(data_dir: str | Path, split: str, *, mmap: bool = True) -> ParallelIds:
-    """Open the id arrays of ``split`` ("train", "dev", "test") in a prepared data directory."""
+def file_checksum(path: Path) -> dict[str, Any]:
+    """{"size": bytes, "sha256": hex digest} of a file, read in 1 MiB blocks."""
+    digest = hashlib.sha256()
+    with open(path, "rb") as f:
+        while block := f.read(1 << 20):
+            digest.update(block)
+    return {"size": path.stat().st_size, "sha256": digest.hexdigest()}
+
+
+def verify_file(path: Path, expected: dict[str, Any]) -> None:
+    """UserError unless ``path`` has the size and content recorded when it was written."""
+    size = path.stat().st_size
+    if size != expected["size"]:
+        raise UserError(f"{path}: {size:,} bytes where {expected['size']:,} were written (truncated or replaced); "
+                        "rebuild it with `rpr-mt prepare --force`")
+    if file_checksum(path)["sha256"] != expected["sha256"]:
+        raise UserError(f"{path}: content differs from the checksum recorded when it was written (corrupt); "
+                        "rebuild it with `rpr-mt prepare --force`")
+
+
+def load_split(
+    data_dir: str | Path, split: str, *, mmap: bool = True, checksums: Optional[dict[str, dict[str, Any]]] = None
+) -> ParallelIds:
+    """Open the id arrays of ``split`` ("train", "dev", "test") in a prepared data directory.
+
+    ``checksums`` (file name -> ``file_checksum``, from the manifest; None for data prepared before they were
+    recorded) are verified first, so a corrupt or truncated array is a clear error instead of a crash or wrong
+    batches. The offsets are checked against the ids either way."""
     data_dir = Path(data_dir)
     mode: Optional[str] = "r" if mmap else None
     arrays = []
@@ -144,5 +171,14 @@ def load_split(data_dir: str | Path, split: str, *, mmap: bool = True) -> Parall
                 have = sorted({p.name.split(".")[0] for p in data_dir.glob("*.src.ids.npy")})
                 raise UserError(f"no prepared '{split}' split in {data_dir} (missing {path.name}; prepared splits: "
                                 f"{', '.join(have) or 'none'}); run `rpr-mt prepare`")
-            arrays.append(np.load(path, mmap_mode=mode))
+            if checksums is not None and path.name in checksums:
+                verify_file(path, checksums[path.name])
+            try:
+                arrays.append(np.load(path, mmap_mode=mode))
+            except (OSError, ValueError) as exc:
+                raise UserError(f"{path}: not a readable id array ({exc}); rebuild it with `rpr-mt prepare --force`")
+    for side, (ids, offsets) in zip(SIDES, (arrays[0:2], arrays[2:4])):
+        if len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids) or bool((np.diff(offsets) < 0).any()):
+            raise UserError(f"{offsets_file(data_dir, split, side)}: offsets do not match "
+                            f"{ids_file(data_dir, split, side).name}; rebuild with `rpr-mt prepare --force`")
     return ParallelIds(*arrays)

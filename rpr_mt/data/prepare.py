@@ -128,9 +128,15 @@ def check_prepared(config: DataConfig) -> Optional[str]:
     reason = _inputs_changed(config, manifest.get("inputs", {}))
     if reason:
         return f"stale: {reason}"
+    checksums = manifest.get("checksums", {})
     for name in manifest.get("files", []):
         if not (out / name).is_file():
             return f"stale: {out / name} is missing"
+        if name in checksums:
+            try:
+                binarize.verify_file(out / name, checksums[name])
+            except UserError as exc:
+                return f"stale: {exc}"
     return None
 
 
@@ -233,6 +239,8 @@ def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:
 
     manifest = _manifest(config, corpus.inputs, clean, tokens, vocab, sample_size)
     manifest["files"] = sorted(p.name for p in tmp.iterdir() if p.name != _LOCK)
+    # size and sha256 of every file: "up to date" means the same bytes, and loading verifies them
+    manifest["checksums"] = {name: binarize.file_checksum(tmp / name) for name in manifest["files"]}
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
 

@@ -15,6 +15,7 @@ from __future__ import annotations
 import gzip
 import logging
 import sys
+import zlib
 from pathlib import Path
 from typing import Any, Iterable, Union
 
@@ -46,7 +47,7 @@ def read_lines(path: Union[str, Path]) -> list[str]:
             data = Path(name).read_bytes()
     except FileNotFoundError:
         raise UserError(f"{name}: file not found") from None
-    except (OSError, EOFError) as exc:  # unreadable, or a corrupt .gz
+    except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a truncated or corrupt .gz
         raise UserError(f"{name}: cannot read ({exc})") from None
 
     raw_lines = data.split(b"\n")

@@ -379,3 +379,34 @@ def test_bad_input_is_one_clear_line_and_writes_nothing(tmp_path, monkeypatch, c
     assert "\n" not in str(info.value)
     out = Path(config.output_dir)
     assert not out.exists() and not _leftovers(out)
+
+
+def test_truncated_or_corrupt_arrays_are_stale_and_rebuilt(tmp_path):
+    """The manifest records each file's size and sha256: 'up to date' means the same bytes, not mere existence."""
+    cfg = demo_config(tmp_path)
+    out = prepare(cfg, progress=False)
+    manifest = read_manifest(out)
+    assert set(manifest["checksums"]) == set(manifest["files"])
+    ids = out / "train.src.ids.npy"
+    good = ids.read_bytes()
+    ids.write_bytes(good[:-7])
+    assert "truncated" in check_prepared(cfg)
+    flipped = bytearray(good)
+    flipped[-3] ^= 0xFF
+    ids.write_bytes(bytes(flipped))
+    assert "content differs" in check_prepared(cfg)
+    with pytest.raises(UserError, match="content differs"):
+        binarize.load_split(out, "train", checksums=manifest["checksums"])
+    prepare(cfg, progress=False)  # rebuilt
+    assert check_prepared(cfg) is None and ids.read_bytes() == good
+
+
+def test_offsets_that_do_not_match_the_ids_are_a_clear_error(tmp_path):
+    out = prepare(demo_config(tmp_path), progress=False)
+    import numpy as np
+
+    offsets = np.load(out / "dev.tgt.offsets.npy")
+    offsets[-1] += 5
+    np.save(out / "dev.tgt.offsets.npy", offsets)
+    with pytest.raises(UserError, match="dev.tgt.offsets.npy: offsets do not match"):
+        binarize.load_split(out, "dev")

@@ -150,3 +150,17 @@ def test_read_lines_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
 def test_read_lines_missing_file(tmp_path) -> None:
     with pytest.raises(UserError, match="file not found"):
         read_lines(tmp_path / "nope.txt")
+
+
+def test_read_lines_corrupt_gzip_is_a_user_error(tmp_path) -> None:
+    packed = tmp_path / "x.de.gz"
+    with gzip.open(packed, "wb") as f:
+        f.write(("ein Satz\n" * 200).encode())
+    data = bytearray(packed.read_bytes())
+    data[30:40] = b"\x00" * 10  # damage the deflate stream itself (not only the trailer)
+    packed.write_bytes(bytes(data))
+    with pytest.raises(UserError, match=r"x\.de\.gz: cannot read"):
+        read_lines(packed)
+    packed.write_bytes(bytes(data[: len(data) // 2]))  # truncated
+    with pytest.raises(UserError, match=r"x\.de\.gz: cannot read"):
+        read_lines(packed)
