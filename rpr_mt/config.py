@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import re
 import types
 import typing
 from dataclasses import dataclass, field
@@ -230,12 +231,23 @@ class Config:
             _require(getattr(t, key) >= 1, f"train.{key} must be >= 1")
         _require(t.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")
         _require(t.average_last >= 0, "train.average_last must be >= 0")
+        _require(0.0 <= t.final_lr_fraction <= 1.0, f"train.final_lr_fraction must be in [0, 1] (got {t.final_lr_fraction})")
+        _require(t.adam_eps > 0.0, f"train.adam_eps must be positive (got {t.adam_eps})")
+        _require(dec.length_penalty >= 0.0, f"decode.length_penalty must be >= 0 (got {dec.length_penalty})")
+        for section in (d, m, t, dec):  # NaN passes no comparison above only where one was written: check them all
+            for f in dataclasses.fields(section):
+                value = getattr(section, f.name)
+                values = value if isinstance(value, tuple) else (value,)
+                _require(all(not isinstance(v, float) or math.isfinite(v) for v in values),
+                         f"{_SECTION_NAMES[type(section)]}.{f.name} must be a finite number (got {value})")
         _require(dec.beam_size >= 1, f"decode.beam_size must be >= 1 (got {dec.beam_size})")
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
         return self
 
+
+_SECTION_NAMES = {DataConfig: "data", ModelConfig: "model", TrainConfig: "train", DecodeConfig: "decode"}
 
 # The paper's two model sizes (Shaw et al. 2018, Section 4.1, following Vaswani et al. 2017).
 PRESETS: dict[str, dict[str, Any]] = {
@@ -249,6 +261,25 @@ PRESETS: dict[str, dict[str, Any]] = {
 # --------------------------------------------------------------------------------------------------------------------
 # Loading
 # --------------------------------------------------------------------------------------------------------------------
+
+
+class _StrictLoader(yaml.SafeLoader):
+    """yaml.safe_load's loader, except that a key given twice in one mapping is an error (YAML says keys are unique;
+    PyYAML would silently keep the last value)."""
+
+    def construct_mapping(self, node: yaml.MappingNode, deep: bool = False) -> dict[Any, Any]:
+        seen: dict[Any, int] = {}
+        for key_node, _ in node.value:
+            key = self.construct_object(key_node, deep=deep)
+            if key in seen:
+                raise yaml.constructor.ConstructorError(
+                    None, None, f"duplicate key '{key}' (first on line {seen[key]})", key_node.start_mark)
+            seen[key] = key_node.start_mark.line + 1
+        return super().construct_mapping(node, deep=deep)
+
+
+# Exponent notation without a dot (1e-9, -3E4), which YAML 1.1 leaves as a string.
+_YAML11_FLOAT_GAP = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 
 
 def _require(condition: bool, message: str) -> None:
@@ -265,7 +296,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             raise UserError(f"config file not found: {path}")
         try:
             text = path.read_text(encoding="utf-8")
-            loaded = yaml.safe_load(text)
+            loaded = yaml.load(text, Loader=_StrictLoader)
         except UnicodeDecodeError as exc:
             raise UserError(f"{path}: not valid UTF-8 ({exc.reason} at byte {exc.start})") from None
         except yaml.YAMLError as exc:
@@ -388,6 +419,8 @@ def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
             raise fail("an integer")
         return value
     if tp is float:
+        if isinstance(value, str) and _YAML11_FLOAT_GAP.fullmatch(value.strip()):
+            return float(value)  # PyYAML (YAML 1.1) reads 1e-9 as a string; YAML 1.2 and users mean a number
         if isinstance(value, bool) or not isinstance(value, (int, float)):
             raise fail("a number")
         return float(value)

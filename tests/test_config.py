@@ -56,6 +56,20 @@ def test_int_accepted_for_float_and_lists_become_tuples():
         ("model: [1, 2]\n", "model must be a mapping"),
         ("- a\n", "top level must be a mapping"),
         ("model:\n  d_model: [\n", "invalid YAML"),
+        ("model:\n  d_model: 64\n  n_heads: 4\n  d_model: 128\n", "line 4 invalid YAML: duplicate key 'd_model' (first on line 2)"),
+        ("train:\n  max_steps: 5\ntrain:\n  seed: 2\n", "duplicate key 'train' (first on line 1)"),
+        ("train:\n  final_lr_fraction: -0.1\n", "train.final_lr_fraction must be in [0, 1]"),
+        ("train:\n  adam_eps: -1e-9\n", "train.adam_eps must be positive"),
+        ("train:\n  adam_betas: [0.9, .nan]\n", "train.adam_betas must be in [0, 1)"),
+        ("decode:\n  length_penalty: -0.6\n", "decode.length_penalty must be >= 0"),
+        ("decode:\n  length_penalty: .nan\n", "decode.length_penalty must be"),
+        ("train:\n  peak_lr: .inf\n", "train.peak_lr must be a finite number"),
+        ("train:\n  weight_decay: -0.01\n", "train.weight_decay must be >= 0"),
+        ("model:\n  t5: {num_buckets: 7}\n", "model.t5.num_buckets must be an even number >= 4"),
+        ("model:\n  rope: {base: 0.5}\n", "model.rope.base must be > 1"),
+        ("model:\n  positions: rope\n  d_model: 12\n  n_heads: 4\n", "needs an even head dimension"),
+        ("data:\n  max_train_tokens: 0\n", "data.max_train_tokens must be positive"),
+        ("train:\n  adam_eps: 1e-9x\n", "train.adam_eps must be a number"),
     ],
 )
 def test_bad_config_is_one_clear_line(tmp_path, text, fragment):
@@ -64,6 +78,12 @@ def test_bad_config_is_one_clear_line(tmp_path, text, fragment):
     message = str(info.value)
     assert fragment in message
     assert "\n" not in message
+
+
+def test_exponent_without_a_dot_is_a_number(tmp_path):
+    """YAML 1.1 (PyYAML) reads 1e-9 as a string; for a float key it is the number the user meant."""
+    cfg = load_config(write(tmp_path, "train:\n  adam_eps: 1e-9\n  peak_lr: 3E-4\n"))
+    assert cfg.train.adam_eps == 1e-9 and cfg.train.peak_lr == 3e-4
 
 
 def test_missing_file_and_bad_override(tmp_path):
