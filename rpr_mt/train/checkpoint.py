@@ -4,12 +4,14 @@ Layout of a run directory::
 
     run_dir/config.yaml                          the fully resolved config of the run
     run_dir/metrics.jsonl                        one JSON record per log line / validation
+    run_dir/tensorboard/                         the same scalars for TensorBoard (train.tensorboard)
     run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last kept)
     run_dir/checkpoints/checkpoint_best.pt       best dev BLEU (dev loss when BLEU is off)
     run_dir/checkpoints/checkpoint_avg.pt        from `rpr-mt average-checkpoints` or train.average_last
 
 A checkpoint holds everything needed to translate: the resolved config, the SentencePiece model bytes and their
-fingerprint, and the weights; training checkpoints add optimizer, scaler, RNG states and the data position.
+fingerprint, and the weights; training checkpoints add optimizer, scaler, RNG states, the data position and, when
+these weights were validated, their dev scores (``dev``).
 """
 
 from __future__ import annotations
