@@ -13,11 +13,34 @@ from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
 import typer
+from typer.core import TyperCommand, TyperGroup
 
+import rpr_mt
 from rpr_mt.config import Config, load_config
 from rpr_mt.errors import UserError
 
+
+def _no_type_on_flags(params: list) -> list:
+    # Typer's help shows every option's type, flags included (`--dry-run <bool>`), though a flag takes no value;
+    # an empty metavar leaves that column blank for flags, --help and --version among them.
+    for param in params:
+        if getattr(param, "is_flag", False):
+            param.metavar = ""
+    return params
+
+
+class _Command(TyperCommand):
+    def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
+        return _no_type_on_flags(super().get_params(ctx))
+
+
+class _Group(TyperGroup):
+    def get_params(self, ctx):  # noqa: ANN001, ANN201
+        return _no_type_on_flags(super().get_params(ctx))
+
+
 app = typer.Typer(
+    cls=_Group,
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -27,7 +50,7 @@ app = typer.Typer(
 F = TypeVar("F", bound=Callable[..., object])
 
 ConfigOption = typer.Option(None, "--config", "-c", help="Experiment YAML (sections data, model, train, decode).")
-SetOption = typer.Option(None, "--set", help="Override a config value: section.key=value (repeatable).")
+SetOption = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
 
 
 def user_errors(fn: F) -> F:
@@ -54,7 +77,7 @@ def _config(path: Optional[Path], overrides: Optional[List[str]]) -> Config:
     return load_config(path, overrides or [])
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def prepare(
     config: Optional[Path] = ConfigOption,
@@ -68,26 +91,31 @@ def prepare(
     prepare_data(cfg.data, force=force, progress=sys.stderr.isatty())
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def train(
     config: Optional[Path] = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run of a different config in run_dir."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
-    progress: Optional[bool] = typer.Option(None, "--progress/--no-progress", help="tqdm bar (default: on a tty)."),
+    progress: Optional[bool] = typer.Option(
+        None, "--progress/--no-progress", help="tqdm bar with the time left (default: on a terminal)."),
+    more_steps: Optional[int] = typer.Option(
+        None, "--more-steps", metavar="N",
+        help="Continue the run's latest checkpoint for N more updates (max_steps becomes its update + N; "
+             "max_epochs, max_time and patience are lifted)."),
 ) -> None:
     """Train a model; re-running the same command into the same run directory resumes it."""
     from rpr_mt.train.trainer import train as run_training
 
     cfg = _config(config, set_)
-    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress)
+    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps)
     if result.stopped_by == "signal":
         typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
         raise typer.Exit(130)
 
 
-@app.command()
+@app.command(cls=_Command)
 @user_errors
 def translate(
     checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint file or a run directory."),
@@ -110,12 +138,15 @@ def translate(
     _write_lines(output, outputs)
 
 
-@app.command("eval-bleu")
+@app.command("eval-bleu", cls=_Command)
 @user_errors
 def eval_bleu(
     hyp: Optional[Path] = typer.Option(None, "--hyp", help="Hypothesis file (detokenized)."),
-    ref: Optional[Path] = typer.Option(None, "--ref", help="Reference file (detokenized)."),
-    lang: Optional[str] = typer.Option(None, "--lang", help="Target language for tokenized BLEU (default: from data)."),
+    ref: Optional[Path] = typer.Option(
+        None, "--ref", help="Reference file (detokenized); a name like test.de or test.de.gz gives the language."),
+    lang: Optional[str] = typer.Option(
+        None, "--lang",
+        help="Target language for tokenized BLEU (default: the --ref file's suffix, or the checkpoint's data)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Translate a split with this model first."),
     which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
     split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
@@ -127,7 +158,7 @@ def eval_bleu(
 ) -> None:
     """sacreBLEU (+ signature), chrF and the paper's tokenized BLEU with compound splitting."""
     from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.evaluate import format_scores, score
+    from rpr_mt.evaluate import format_scores, language_from_path, score
 
     if checkpoint is not None:
         if hyp is not None:
@@ -149,14 +180,19 @@ def eval_bleu(
     else:
         if hyp is None or ref is None:
             raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
+        # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
+        lang = lang or language_from_path(ref)
+        if lang is None:
+            raise UserError(f"cannot tell the target language from the name {ref.name} (its suffix is not a language "
+                            "code, as in test.de or test.de.gz); pass --lang, e.g. --lang de")
         hypotheses = read_lines(str(hyp))
         hyp_name = str(hyp)
     references = read_lines(str(ref))
-    scores = score(hypotheses, references, lang=lang or "en", hyp_name=hyp_name, ref_name=str(ref))
+    scores = score(hypotheses, references, lang=lang, hyp_name=hyp_name, ref_name=str(ref))
     typer.echo(format_scores(scores, as_json=as_json))
 
 
-@app.command("average-checkpoints")
+@app.command("average-checkpoints", cls=_Command)
 @user_errors
 def average_checkpoints_command(
     inputs: List[Path] = typer.Argument(..., help="A run directory, or checkpoint files to average."),
@@ -172,16 +208,35 @@ def average_checkpoints_command(
         paths = ckpt.list_step_checkpoints(inputs[0])[-last:]
         if not paths:
             raise UserError(f"no numbered checkpoints in {ckpt.checkpoint_dir(inputs[0])}")
+        if len(paths) < last:
+            typer.echo(f"warning: --last {last}, but {inputs[0]} has only {len(paths)} numbered checkpoint(s) "
+                       f"(train.keep_last keeps that many); averaging {len(paths)}", err=True)
         output = output or ckpt.checkpoint_dir(inputs[0]) / "checkpoint_avg.pt"
     else:
         paths = list(inputs)
         if output is None:
             raise UserError("--output is required when averaging listed checkpoint files")
-    ckpt.save_checkpoint(ckpt.average_checkpoints(paths), output)
+    ckpt.save_checkpoint(ckpt.average_checkpoints(paths, report=_stderr), output)
     typer.echo(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {output}", err=True)
 
 
+@app.command(cls=_Command)
+@user_errors
+def plot(
+    run: Path = typer.Argument(..., help="A training run directory (with metrics.jsonl)."),
+    output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file; default: RUN/curves.png."),
+) -> None:
+    """Draw one run's learning curves (loss, dev BLEU, learning rate, tokens/s) as a PNG; needs matplotlib."""
+    from rpr_mt.curves import plot_run
+
+    typer.echo(f"wrote {plot_run(run, output)}", err=True)
+
+
 # -- helpers -----------------------------------------------------------------------------------------------------------
+
+
+def _stderr(text: str) -> None:
+    typer.echo(text, err=True)
 
 
 def _device(name: str):
@@ -199,7 +254,8 @@ def _device(name: str):
 def _load_model(checkpoint: Path, which: str, device: str):
     from rpr_mt.train.checkpoint import load_for_inference
 
-    return load_for_inference(checkpoint, which, _device(device))
+    # Say which file a run directory resolved to and what it holds: best, last and average differ.
+    return load_for_inference(checkpoint, which, _device(device), report=_stderr)
 
 
 def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
@@ -234,8 +290,17 @@ def _write_lines(path: str, lines) -> None:
     tmp.replace(target)
 
 
+def _print_version(value: bool) -> None:
+    if value:
+        typer.echo(f"rpr-mt {rpr_mt.__version__}")
+        raise typer.Exit()
+
+
 @app.callback()
-def _setup() -> None:
+def _setup(
+    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+                                 help="Print the version and exit."),
+) -> None:
     # Library modules report progress through `logging`; the CLI shows INFO messages as plain lines on stderr.
     logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
 

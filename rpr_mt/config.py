@@ -148,6 +148,9 @@ class TrainConfig:
     patience: Optional[int] = None  # stop after this many validations without a better dev BLEU
     max_bad_updates: int = 5  # NaN/inf losses in a row before the run stops
     average_last: int = 0  # at the end, average the last N checkpoints into checkpoint_avg.pt (0 = off)
+    tensorboard: bool = True  # also write the metrics as TensorBoard scalars into run_dir/tensorboard
+    init_from: Optional[str] = None  # fine-tune: start a new run from this checkpoint (file or run dir: its best)
+    reset_optimizer: bool = True  # with init_from: fresh Adam moments (false: also load the checkpoint's optimizer)
 
 
 @dataclass

@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import json
 import re
+from pathlib import Path
 from typing import Any, Optional
 
 from sacrebleu.metrics import BLEU, CHRF
@@ -32,6 +33,26 @@ TOK_BLEU_DESCRIPTION = (
     "Moses tokenizer.perl -l {lang} + compound splitting (##AT##-##AT##) + multi-bleu.perl "
     "(tensor2tensor get_ende_bleu.sh; sacrebleu tokenize=none, smooth=none)"
 )
+
+
+# ISO 639-1: the two-letter language codes, as in file names like newstest2014.de or test.de.gz.
+ISO_639_1 = frozenset("""
+aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el en
+eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka
+kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl
+nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw
+ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu
+""".split())
+
+
+def language_from_path(path: str | Path) -> Optional[str]:
+    """The language code a file's name ends with (``test.de``, ``test.de.gz`` -> ``de``), or None when its last
+    suffix (before ``.gz``) is not an ISO 639-1 code (``ref.txt``)."""
+    name = Path(path).name.lower()
+    if name.endswith(".gz"):
+        name = name[:-3]
+    suffix = Path(name).suffix.lstrip(".")
+    return suffix if suffix in ISO_639_1 else None
 
 
 def split_compounds(tokenized: str) -> str:

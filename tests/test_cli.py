@@ -2,10 +2,16 @@
 
 from __future__ import annotations
 
+import gzip
+import json
+import re
+from pathlib import Path
+
 import pytest
 import torch
 from typer.testing import CliRunner
 
+import rpr_mt
 from rpr_mt.cli import app
 from rpr_mt.train import checkpoint as ckpt
 
@@ -49,17 +55,18 @@ def test_eval_bleu_line_count_mismatch_and_invalid_utf8(tmp_path):
     hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
     hyp.write_text("a b c\n", encoding="utf-8")
     ref.write_text("a b c\nd e f\n", encoding="utf-8")
-    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref))
-    assert_one_line_error(result, "1")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--lang", "en")
+    assert_one_line_error(result, "hyp.txt has 1 lines but")
     ref.write_bytes(b"ok\n\xff\xfe broken\n")
     hyp.write_text("a\nb\n", encoding="utf-8")
-    assert_one_line_error(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)), "ref.txt: line 2: invalid UTF-8")
+    assert_one_line_error(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--lang", "en"),
+                          "ref.txt: line 2: invalid UTF-8")
 
 
 def test_eval_bleu_of_identical_files_is_100(tmp_path):
     hyp = tmp_path / "hyp.txt"
     hyp.write_text("the cat sat on the mat .\nein Haus am See .\n", encoding="utf-8")
-    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(hyp), "--json")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(hyp), "--json", "--lang", "en")
     assert result.exit_code == 0, result.output
     assert '"sacrebleu": 100.0' in result.output.replace("100.00000000000004", "100.0")
 
@@ -76,3 +83,68 @@ def test_average_of_identical_checkpoints_is_that_checkpoint(tmp_path):
     averaged = ckpt.load_checkpoint(ckpt.checkpoint_dir(tmp_path) / "checkpoint_avg.pt")["model"]
     for key, value in weights.items():
         assert torch.allclose(averaged[key], value, atol=1e-7)
+
+
+def _tok_bleu_language(output: str) -> str:
+    description = json.loads(output.strip().splitlines()[-1])["tok_bleu_description"]
+    return re.search(r"tokenizer\.perl -l (\w+)", description).group(1)
+
+
+def test_eval_bleu_takes_the_language_from_the_reference_suffix(tmp_path):
+    hyp = tmp_path / "hyp.txt"
+    hyp.write_text("Ein Haus am See .\n", encoding="utf-8")
+    plain, gzipped = tmp_path / "newstest.de", tmp_path / "test.fr.gz"
+    plain.write_text("Ein Haus am See .\n", encoding="utf-8")
+    with gzip.open(gzipped, "wt", encoding="utf-8") as handle:
+        handle.write("Ein Haus am See .\n")
+    for ref, lang in ((plain, "de"), (gzipped, "fr")):
+        result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json")
+        assert result.exit_code == 0, result.output
+        assert _tok_bleu_language(result.stdout) == lang
+    # --lang wins over the suffix
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(plain), "--json", "--lang", "cs")
+    assert result.exit_code == 0 and _tok_bleu_language(result.stdout) == "cs"
+
+
+def test_eval_bleu_asks_for_lang_when_the_suffix_is_not_a_language(tmp_path):
+    hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
+    hyp.write_text("a\n", encoding="utf-8")
+    ref.write_text("a\n", encoding="utf-8")
+    assert_one_line_error(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)), "pass --lang")
+
+
+def test_version_is_the_package_version():
+    result = run("--version")
+    assert result.exit_code == 0
+    assert result.stdout.strip() == f"rpr-mt {rpr_mt.__version__}"
+    pyproject = (Path(__file__).resolve().parents[1] / "pyproject.toml").read_text(encoding="utf-8")
+    assert f'version = "{rpr_mt.__version__}"' in pyproject  # one version, wherever it is read
+
+
+@pytest.mark.parametrize("command", [[], ["train"], ["prepare"], ["eval-bleu"], ["average-checkpoints"]])
+def test_help_shows_flags_without_a_type(command):
+    result = run(*command, "--help")
+    assert result.exit_code == 0, result.output
+    assert "<bool>" not in result.output
+    assert "--help" in result.output
+
+
+def test_boolean_flags_parse_the_typer_way(monkeypatch):
+    from rpr_mt.train import trainer
+
+    seen = {}
+
+    class Done:
+        stopped_by = "max_steps"
+
+    def fake_train(cfg, **kwargs):
+        seen.update(kwargs)
+        return Done()
+
+    monkeypatch.setattr(trainer, "train", fake_train)
+    assert run("train", "--dry-run", "--no-progress", "--more-steps", "7").exit_code == 0
+    assert seen == {"overwrite": False, "dry_run": True, "progress": False, "more_steps": 7}
+    assert run("train", "--progress").exit_code == 0 and seen["progress"] is True and seen["dry_run"] is False
+    assert run("train").exit_code == 0 and seen["progress"] is None and seen["more_steps"] is None
+    result = run("train", "--dry-run=true")  # a flag takes no value
+    assert result.exit_code == 2 and "does not take a value" in result.output

@@ -1,5 +1,7 @@
 """Config loading: typed sections, presets, overrides, and one-line errors for bad keys and values."""
 
+from pathlib import Path
+
 import pytest
 
 from rpr_mt.config import Config, config_from_dict, config_to_dict, load_config, save_config
@@ -101,3 +103,11 @@ def test_round_trip_through_yaml(tmp_path):
     again = load_config(tmp_path / "saved.yaml")
     assert config_to_dict(again) == config_to_dict(cfg)
     assert isinstance(again, Config) and again.data.splits["train"].tsv == "x.tsv"
+
+
+def test_the_demo_job_trains_a_fixed_number_of_updates():
+    # Its BLEU must not depend on how loaded the machine is: a step count and a step-based schedule, no clock.
+    cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")
+    assert cfg.train.max_steps == 1200 and cfg.train.max_time is None and cfg.train.max_epochs is None
+    assert cfg.train.lr_schedule == "cosine"
+    assert cfg.train.patience is None

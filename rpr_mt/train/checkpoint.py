@@ -4,12 +4,14 @@ Layout of a run directory::
 
     run_dir/config.yaml                          the fully resolved config of the run
     run_dir/metrics.jsonl                        one JSON record per log line / validation
+    run_dir/tensorboard/                         the same scalars for TensorBoard (train.tensorboard)
     run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last kept)
     run_dir/checkpoints/checkpoint_best.pt       best dev BLEU (dev loss when BLEU is off)
     run_dir/checkpoints/checkpoint_avg.pt        from `rpr-mt average-checkpoints` or train.average_last
 
 A checkpoint holds everything needed to translate: the resolved config, the SentencePiece model bytes and their
-fingerprint, and the weights; training checkpoints add optimizer, scaler, RNG states and the data position.
+fingerprint, and the weights; training checkpoints add optimizer, scaler, RNG states, the data position and, when
+these weights were validated, their dev scores (``dev``).
 """
 
 from __future__ import annotations
@@ -19,7 +21,7 @@ import os
 import re
 import tempfile
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
@@ -137,18 +139,43 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     raise UserError(f"no {name} in {directory}" + (" (run `rpr-mt average-checkpoints` first)" if which == "average" else ""))
 
 
-def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
+def describe_checkpoint(payload: dict[str, Any]) -> str:
+    """What a checkpoint holds, in words: its update and the dev scores recorded for these weights, e.g.
+    ``update 1200, dev BLEU 99.80 (200 sentences, beam 1), dev nll 1.084``."""
+    averaged = payload.get("averaged_steps")
+    if averaged:
+        return f"average of {len(averaged)} checkpoints, updates {averaged[0]}..{averaged[-1]}; no dev score recorded"
+    if payload.get("averaged_from"):  # averaged before the steps were recorded
+        return f"average of {len(payload['averaged_from'])} checkpoints; no dev score recorded"
+    step = payload.get("step")
+    text = f"update {step}" if step is not None else "update unknown"
+    dev = payload.get("dev")
+    if not dev:
+        return text + ", no dev score recorded"
+    if dev.get("bleu") is not None:
+        sentences = dev.get("sentences")
+        text += (f", dev BLEU {dev['bleu']:.2f} ({'all' if sentences is None else sentences} sentences, "
+                 f"beam {dev.get('beam_size', 1)})")
+    return text + f", dev nll {dev['nll']:.3f}"
+
+
+def average_checkpoints(paths: list[Path], report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Mean of the model parameters of ``paths`` (Vaswani et al. 2017 / Shaw et al. 2018 average the last 20).
 
     The result carries the config and vocabulary of the newest checkpoint and no optimizer state; all inputs must
     share the same config and vocabulary. Floating-point sums run in float64 to avoid accumulation error.
+    ``report`` receives one line per loaded checkpoint.
     """
     if not paths:
         raise UserError("no checkpoints to average")
     newest = load_checkpoint(paths[-1])
     sums: dict[str, torch.Tensor] = {}
+    steps = []
     for path in paths:
         payload = newest if path == paths[-1] else load_checkpoint(path)
+        steps.append(payload.get("step"))
+        if report is not None:
+            report(f"loaded {path} ({describe_checkpoint(payload)})")
         if payload["vocab"]["fingerprint"] != newest["vocab"]["fingerprint"] or payload["config"]["model"] != newest[
             "config"
         ]["model"]:
@@ -169,6 +196,7 @@ def average_checkpoints(paths: list[Path]) -> dict[str, Any]:
         "vocab": newest["vocab"],
         "model": averaged,
         "averaged_from": [str(p) for p in paths],
+        "averaged_steps": steps if None not in steps else None,
     }
 
 
@@ -192,13 +220,18 @@ def vocab_from_payload(vocab: dict[str, Any]) -> Vocab:
 
 
 def load_for_inference(
-    path: str | Path, which: str = "best", device: str | torch.device = "cpu"
+    path: str | Path, which: str = "best", device: str | torch.device = "cpu",
+    report: Callable[[str], None] | None = None,
 ) -> tuple["Seq2Seq", Config, Vocab, Path]:
-    """Model (eval mode), config and vocabulary from a checkpoint file or a run directory."""
+    """Model (eval mode), config and vocabulary from a checkpoint file or a run directory.
+
+    ``report`` receives one line saying which file was loaded and what it holds (``describe_checkpoint``)."""
     from rpr_mt.model.transformer import Seq2Seq  # deferred: keeps checkpoint I/O importable without the model
 
     resolved = resolve_checkpoint(path, which)
     payload = load_checkpoint(resolved)
+    if report is not None:
+        report(f"loaded {resolved} ({describe_checkpoint(payload)})")
     config = config_from_dict(payload["config"], origin=str(resolved))
     vocab = vocab_from_payload(payload["vocab"])
     model = Seq2Seq(config.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)

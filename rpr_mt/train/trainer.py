@@ -32,7 +32,7 @@ import torch
 import torch.distributed as dist
 from torch import Tensor, nn
 
-from rpr_mt.config import Config, config_to_dict, save_config
+from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
 from rpr_mt.data.binarize import ids_file, load_split
 from rpr_mt.data.prepare import check_prepared, prepare
 from rpr_mt.data.vocab import Vocab
@@ -44,6 +44,7 @@ from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.batching import Batch, EpochIterator, collate, make_batches, usable_examples
 from rpr_mt.train.loss import label_smoothed_nll
 from rpr_mt.train.schedule import learning_rate
+from rpr_mt.train.throughput import ThroughputMonitor, slowdown_warning
 
 # Train keys that may change between an interrupted run and its resumption (stopping rules, logging, threads).
 RESUMABLE_TRAIN_KEYS = {
@@ -155,10 +156,21 @@ def _config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return diffs
 
 
-class _Logger:
-    """tqdm bar on a terminal, plain lines otherwise; metrics.jsonl; TensorBoard when installed. Rank 0 only."""
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard name of a metrics.jsonl key: dev_bleu -> dev/bleu, best_dev_bleu -> dev/best_bleu,
+    loss -> train/loss (two groups, so that TensorBoard shows training and validation curves apart)."""
+    if key.startswith("dev_"):
+        return "dev/" + key[4:]
+    if key.startswith("best_dev_"):
+        return "dev/best_" + key[9:]
+    return "train/" + key
 
-    def __init__(self, run_dir: Path, enabled: bool, progress: bool | None, total: int | None, initial: int) -> None:
+
+class _Logger:
+    """tqdm bar on a terminal, plain lines otherwise; metrics.jsonl; TensorBoard scalars. Rank 0 only."""
+
+    def __init__(self, run_dir: Path, enabled: bool, progress: bool | None, total: int | None, initial: int,
+                 tensorboard: bool = True) -> None:
         self.enabled = enabled
         self.metrics_path = run_dir / "metrics.jsonl"
         self.bar = None
@@ -169,13 +181,16 @@ class _Logger:
         if use_bar:
             from tqdm import tqdm
 
+            # With a total (train.max_steps) tqdm shows the estimated time left; a max_time-only run has none.
             self.bar = tqdm(total=total, initial=initial, unit="upd", dynamic_ncols=True, file=sys.stderr)
-        try:
-            from torch.utils.tensorboard import SummaryWriter
-
-            self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
-        except Exception:  # tensorboard is optional
-            self.tensorboard = None
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # a dependency of the package, so only a broken install gets here
+                self.message("warning: no TensorBoard logs: the tensorboard package is missing "
+                             "(pip install tensorboard, or set train.tensorboard=false)")
+            else:
+                self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
 
     def message(self, text: str) -> None:
         if not self.enabled:
@@ -192,16 +207,17 @@ class _Logger:
             handle.write(json.dumps(record) + "\n")
         if self.tensorboard is not None:
             for key, value in record.items():
-                if isinstance(value, (int, float)) and key != "step":
-                    self.tensorboard.add_scalar(key, value, record["step"])
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch"):
+                    self.tensorboard.add_scalar(tensorboard_tag(key), value, record["step"])
         if line is not None:
             if self.bar is None:
                 self.message(line)
 
-    def advance(self, step: int, postfix: dict[str, Any]) -> None:
+    def advance(self, step: int, postfix: dict[str, Any] | None = None) -> None:
         if self.bar is not None:
-            self.bar.n = step
-            self.bar.set_postfix(postfix, refresh=True)
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(step - self.bar.n)  # update(), not n = step: tqdm's rate and time left come from it
 
     def close(self) -> None:
         if self.bar is not None:
@@ -281,9 +297,19 @@ def dev_bleu(model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: 
 
 
 def train(
-    cfg: Config, *, overwrite: bool = False, dry_run: bool = False, progress: bool | None = None
+    cfg: Config, *, overwrite: bool = False, dry_run: bool = False, progress: bool | None = None,
+    more_steps: int | None = None,
 ) -> TrainResult:
-    """Train (or resume) the run described by ``cfg``; see the module docstring."""
+    """Train (or resume) the run described by ``cfg``; see the module docstring.
+
+    ``more_steps``: continue the run's latest checkpoint for exactly this many more updates (fairseq users raise
+    ``--max-update``): train.max_steps becomes that checkpoint's update + more_steps, and max_epochs, max_time and
+    patience no longer stop the run. A step-based schedule is evaluated with the new max_steps, as if the run had
+    been planned that long (``cosine`` therefore rises again); the time-based ``budget`` schedule cannot be extended
+    this way (raise train.max_time instead).
+    """
+    if more_steps is not None and more_steps < 1:
+        raise UserError(f"--more-steps must be >= 1 (got {more_steps})")
     t = cfg.train
     start_time = time.monotonic()
     if t.num_threads is not None:
@@ -379,6 +405,19 @@ def train(
         best_bleu, best_loss = state.get("best_bleu"), state.get("best_loss", math.inf)
         bad_validations = state.get("bad_validations", 0)
         log(f"resuming from {path} (update {step}, epoch {epoch + 1}, batch {position})")
+        if t.init_from is not None:
+            log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
+    elif t.init_from is not None:
+        _init_from(t, model, optimizer, vocab_info, data_dir, log)
+    if more_steps is not None:
+        if found is None:
+            raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
+        if t.lr_schedule == "budget":
+            raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
+                            "time-budget run with --set train.max_time=SECONDS (its new total) instead")
+        t = dataclasses.replace(t, max_steps=step + more_steps, max_epochs=None, max_time=None, patience=None)
+        cfg = dataclasses.replace(cfg, train=t)
+        log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")
     if dd.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, config_path)
@@ -389,7 +428,9 @@ def train(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
 
-    def make_state() -> dict[str, Any]:
+    def make_state(**changes: Any) -> dict[str, Any]:
+        """The checkpoint payload; ``changes`` replace entries (the best checkpoint is written with the validation's
+        own scores before the loop's copies of them are updated)."""
         return {
             "format": ckpt.FORMAT,
             "step": step,
@@ -410,10 +451,14 @@ def train(
             "best_bleu": best_bleu,
             "best_loss": best_loss,
             "bad_validations": bad_validations,
+            # the dev scores of these very weights, when they were validated (what `rpr-mt translate` reports)
+            "dev": last_dev if last_dev is not None and last_dev["step"] == step else None,
+            **changes,
         }
 
     last_saved: Path | None = None
     saved_step = -1
+    last_dev: dict[str, Any] | None = None  # the latest validation's scores and update
 
     def save() -> None:
         nonlocal last_saved, saved_step
@@ -430,7 +475,9 @@ def train(
     def run_target_tokens() -> int | None:  # the run's so far, all invocations (None: a checkpoint predates the count)
         return None if tokens_before is None else tokens_before + total_target_tokens
 
-    logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, step)
+    logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, step, tensorboard=t.tensorboard)
+    monitor = ThroughputMonitor()
+    first_window = True  # it includes start-up work (kernel compilation, first allocations): not a rate to trust
     stopped_by = ""
     bad_updates = 0
     total_target_tokens = 0
@@ -540,21 +587,27 @@ def train(
                     f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
                 logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}",
                                       "tok/s": f"{record['tgt_tok_s']:,.0f}"})
+                if not first_window and (reference := monitor.observe(record["tgt_tok_s"])) is not None:
+                    logger.message(slowdown_warning(record["tgt_tok_s"], reference, step, device.type,
+                                                    torch.get_num_threads()))
+                first_window = False
                 window = new_window()
             else:
-                logger.advance(step, {})
+                logger.advance(step)
 
+            paused = time.monotonic()
             if step % t.validate_every == 0 and dev_data is not None:
-                best_bleu, best_loss, bad_validations = _validate(
+                best_bleu, best_loss, bad_validations, last_dev = _validate(
                     model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
                     bad_validations, make_state,
                 )
             if step % t.save_every == 0:
                 save()
+            window["time"] += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
 
     # -- the end: a final validation and checkpoint -----------------------------------------------------------------
     if dev_data is not None and step % t.validate_every != 0 and stopped_by != "signal" and step > 0:
-        best_bleu, best_loss, bad_validations = _validate(
+        best_bleu, best_loss, bad_validations, last_dev = _validate(
             model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss, bad_validations,
             make_state,
         )
@@ -562,6 +615,9 @@ def train(
         save()
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
         paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
+        if len(paths) < t.average_last:
+            logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
+                           f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
         ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
         logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
     logger.message(
@@ -576,12 +632,46 @@ def train(
                        seconds, _peak_memory_mb(device), elapsed_before + seconds, run_target_tokens())
 
 
+def _init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, vocab_info: dict[str, Any],
+               data_dir: Path, log: Callable[[str], None]) -> None:
+    """Fine-tuning: a new run starts from the weights of ``train.init_from`` (its own update count, schedule and
+    data order start at zero, like fairseq's --finetune-from-model), with fresh Adam moments unless
+    ``train.reset_optimizer`` is false."""
+    try:
+        source = ckpt.resolve_checkpoint(t.init_from, "best")
+        state = ckpt.load_checkpoint(source)
+    except UserError as exc:
+        raise UserError(f"train.init_from: {exc}") from None
+    if state["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
+        raise UserError(f"train.init_from: {source} was trained with another vocabulary than "
+                        f"{data_dir / 'spm.model'}; fine-tuning needs data prepared with the checkpoint's vocabulary")
+    try:
+        model.load_state_dict(state["model"])
+    except RuntimeError as exc:
+        first = str(exc).strip().splitlines()[0][:160]
+        raise UserError(f"train.init_from: {source} does not fit this model section ({first})") from None
+    if not t.reset_optimizer:
+        if not state.get("optimizer"):
+            raise UserError(f"train.init_from: {source} has no optimizer state (an averaged checkpoint?); "
+                            "set train.reset_optimizer=true")
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except ValueError as exc:
+            raise UserError(f"train.init_from: the optimizer state of {source} does not fit ({exc}); "
+                            "set train.reset_optimizer=true") from None
+    log(f"initialised from {source} ({ckpt.describe_checkpoint(state)}); "
+        f"optimizer {'reset' if t.reset_optimizer else 'state loaded'}; updates and schedule start at 0")
+
+
 def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
               bad_validations, make_state):
-    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement."""
+    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement.
+
+    Returns the new (best_bleu, best_loss, bad_validations) and this validation's scores (``None`` off rank 0)."""
     t = cfg.train
     indices = usable_examples(dev_data, cfg.model.max_positions)
     bleu = None
+    dev = None
     record: dict[str, Any] = {"step": step}
     if dd.is_main:
         nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
@@ -590,6 +680,8 @@ def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, b
             bleu = dev_bleu(model, vocab, data_dir, cfg, device)
             if bleu is not None:
                 record["dev_bleu"] = bleu
+        dev = {"step": step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
+               "beam_size": t.valid_beam_size}
         improved = (bleu is not None and (best_bleu is None or bleu > best_bleu)) or (
             bleu is None and nll < best_loss
         )
@@ -597,7 +689,10 @@ def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, b
             best_bleu = bleu if bleu is not None else best_bleu
             best_loss = min(best_loss, nll)
             bad_validations = 0
-            ckpt.save_checkpoint(make_state(), ckpt.checkpoint_dir(t.run_dir) / "checkpoint_best.pt")
+            ckpt.save_checkpoint(
+                make_state(best_bleu=best_bleu, best_loss=best_loss, bad_validations=0, dev=dev),
+                ckpt.checkpoint_dir(t.run_dir) / "checkpoint_best.pt",
+            )
         else:
             bad_validations += 1
         record["best_dev_bleu"] = best_bleu
@@ -610,4 +705,4 @@ def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, b
         shared = [best_bleu, best_loss, bad_validations]
         dist.broadcast_object_list(shared, src=0)
         best_bleu, best_loss, bad_validations = shared
-    return best_bleu, best_loss, bad_validations
+    return best_bleu, best_loss, bad_validations, dev

@@ -1,10 +1,12 @@
-"""System test (slow, ~4 minutes on 2 cores): the README's demo job reaches a stated test BLEU.
+"""System test (slow: the demo job's 1,200 updates, minutes on 2 quiet cores): the README's demo job reaches a
+stated test BLEU.
 
     python3 -m pytest -m slow tests/system
 
 The demo target language is verb-final with mirrored noun phrases and agreement, so this also checks that the
-relative-position model uses order information. Measured on the 2-core CPU: test sacreBLEU 99.7 after the 180 s
-budget (docs/benchmarks.md); the bound leaves room for slower machines that fit fewer updates into the budget.
+relative-position model uses order information. Measured on the 2-core CPU with other jobs beside it: test
+sacreBLEU 99.81 (docs/benchmarks.md). The job is a fixed number of updates, so a slower machine takes longer but
+reaches the same quality; the bound leaves room for another seed's or thread count's rounding.
 """
 
 from pathlib import Path
@@ -22,7 +24,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 @pytest.mark.slow
-def test_demo_config_reaches_bleu_80_on_its_test_split(tmp_path):
+def test_demo_config_reaches_bleu_95_on_its_test_split(tmp_path):
     cfg = load_config(REPO / "configs" / "demo.yaml",
                       [f"data.output_dir={tmp_path / 'data'}", f"train.run_dir={tmp_path / 'run'}",
                        "train.num_threads=2"])
@@ -30,4 +32,4 @@ def test_demo_config_reaches_bleu_80_on_its_test_split(tmp_path):
     model, cfg, vocab, _ = load_for_inference(tmp_path / "run", "best")
     src, ref = reference_files(cfg.data.output_dir, "test")
     hypotheses = translate_lines(model, vocab, read_lines(src), decode=cfg.decode, device="cpu")
-    assert score(hypotheses, read_lines(ref), lang=cfg.data.tgt_lang)["sacrebleu"] >= 80.0
+    assert score(hypotheses, read_lines(ref), lang=cfg.data.tgt_lang)["sacrebleu"] >= 95.0

@@ -1,0 +1,83 @@
+"""One run's learning curves from its ``metrics.jsonl``, as a PNG (``rpr-mt plot RUN``).
+
+The trainer appends a record per log line (loss, nll, lr, tgt_tok_s, ...) and per validation (dev_nll, dev_bleu).
+An interrupted run that was resumed has logged the updates after its last checkpoint twice; the records of the
+invocation that resumed replace them, so each curve shows the updates that made the final weights.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+from rpr_mt.errors import UserError
+
+__all__ = ["read_curves", "plot_run"]
+
+
+def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
+    """(training records, validation records) of ``run_dir``, each in update order with resumed updates once."""
+    path = Path(run_dir) / "metrics.jsonl"
+    if not path.is_file():
+        raise UserError(f"no metrics.jsonl in {run_dir} (is it a training run directory?)")
+    train: list[dict[str, Any]] = []
+    dev: list[dict[str, Any]] = []
+    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
+        if not line.strip():
+            continue
+        try:
+            record = json.loads(line)
+            step = int(record["step"])
+        except (ValueError, KeyError, TypeError):
+            raise UserError(f"{path}: line {number} is not a metrics record") from None
+        series = dev if "dev_nll" in record else train if "loss" in record else None
+        if series is None:
+            continue
+        while series and series[-1]["step"] >= step:  # a resumed invocation redoes these updates
+            series.pop()
+        series.append(record)
+    if not train and not dev:
+        raise UserError(f"{path} has no training or validation records yet")
+    return train, dev
+
+
+def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
+    """Draw loss (train and dev), dev BLEU, learning rate and target tokens/s against the update; returns the PNG's
+    path (default: RUN/curves.png)."""
+    from rpr_mt.experiments.tables import pyplot  # matplotlib is an optional extra; pyplot() says how to install it
+
+    run_dir = Path(run_dir)
+    train, dev = read_curves(run_dir)
+    plt = pyplot()
+    output = Path(output) if output is not None else run_dir / "curves.png"
+    fig, axes = plt.subplots(2, 2, figsize=(11, 7))
+    (ax_loss, ax_bleu), (ax_lr, ax_speed) = axes
+
+    def draw(ax, records: list[dict[str, Any]], key: str, label: str, **style: Any) -> bool:
+        points = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        if points:
+            ax.plot(*zip(*points), label=label, **style)
+        return bool(points)
+
+    draw(ax_loss, train, "loss", "train (label-smoothed)", linewidth=1)
+    draw(ax_loss, train, "nll", "train NLL", linewidth=1)
+    draw(ax_loss, dev, "dev_nll", "dev NLL", marker="o")
+    ax_loss.set(ylabel="loss per target token", title="loss")
+    ax_loss.legend()
+    if not draw(ax_bleu, dev, "dev_bleu", "dev BLEU", marker="o"):
+        ax_bleu.text(0.5, 0.5, "no dev BLEU recorded", ha="center", va="center", transform=ax_bleu.transAxes)
+    ax_bleu.set(ylabel="sacreBLEU (validation decode)", title="dev BLEU")
+    draw(ax_lr, train, "lr", "learning rate", linewidth=1)
+    ax_lr.set(ylabel="learning rate", title="learning rate")
+    draw(ax_speed, train, "tgt_tok_s", "target tokens/s", linewidth=1)
+    ax_speed.set(ylabel="target tokens/s", title="training speed (per log window)")
+    for ax in axes.flat:
+        ax.set_xlabel("update")
+        ax.grid(alpha=0.3)
+    fig.suptitle(str(run_dir))
+    fig.tight_layout()
+    output.parent.mkdir(parents=True, exist_ok=True)
+    fig.savefig(output, dpi=100)
+    plt.close(fig)
+    return output

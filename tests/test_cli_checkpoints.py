@@ -1,0 +1,114 @@
+"""Commands that load a model say which file they loaded and what it holds; `rpr-mt plot` draws a run's curves."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+from typer.testing import CliRunner
+
+from rpr_mt.cli import app
+from rpr_mt.config import config_from_dict
+from rpr_mt.curves import read_curves
+from rpr_mt.train import checkpoint as ckpt
+from rpr_mt.train.trainer import train
+from tests.test_cli import assert_one_line_error
+from tests.train.test_trainer import demo_data, tiny  # noqa: F401 (demo_data is a fixture)
+
+runner = CliRunner()
+
+
+@pytest.fixture(scope="module")
+def run_dir(tmp_path_factory, demo_data) -> Path:
+    """12 updates, validated at 6 and 12 (dev BLEU on 5 sentences, greedy), checkpoints at 4, 8 and 12."""
+    path = tmp_path_factory.mktemp("cli") / "run"
+    train(config_from_dict(tiny(demo_data, path)), progress=False)
+    return path
+
+
+def loaded_lines(result) -> list[str]:
+    return [line for line in result.stderr.splitlines() if line.startswith("loaded ")]
+
+
+def expected(path: Path) -> str:
+    """What the command should say about ``path``, from the checkpoint itself."""
+    state = ckpt.load_checkpoint(path)
+    dev = state["dev"]
+    if dev is None:
+        return f"loaded {path} (update {state['step']}, no dev score recorded)"
+    return (f"loaded {path} (update {state['step']}, dev BLEU {dev['bleu']:.2f} (5 sentences, beam 1), "
+            f"dev nll {dev['nll']:.3f})")
+
+
+@pytest.mark.parametrize("which", ["best", "last"])
+def test_translate_names_the_checkpoint_a_run_directory_resolved_to(run_dir, which):
+    result = runner.invoke(app, ["translate", "--checkpoint", str(run_dir), "--which", which, "--beam-size", "1"],
+                           input="the old farmer sees the small red bird\n")
+    assert result.exit_code == 0, result.output
+    path = ckpt.resolve_checkpoint(run_dir, which)
+    assert loaded_lines(result) == [expected(path)]
+    assert "dev BLEU" in expected(path)  # both were validated
+    assert len(result.stdout.splitlines()) == 1 and "loaded" not in result.stdout  # stdout stays the translation
+
+
+def test_a_checkpoint_without_validation_says_so(run_dir):
+    path = ckpt.step_checkpoint_path(run_dir, 8)
+    result = runner.invoke(app, ["translate", "--checkpoint", str(path), "--beam-size", "1"], input="a bird\n")
+    assert result.exit_code == 0, result.output
+    assert loaded_lines(result) == [f"loaded {path} (update 8, no dev score recorded)"]
+
+
+def test_eval_bleu_with_a_checkpoint_names_it(run_dir):
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--split", "test", "--beam-size", "1",
+                                 "--json"])
+    assert result.exit_code == 0, result.output
+    assert loaded_lines(result) == [expected(ckpt.checkpoint_dir(run_dir) / "checkpoint_best.pt")]
+    assert json.loads(result.stdout)["lines"] == 20
+
+
+def test_average_checkpoints_lists_its_inputs_and_warns_when_fewer_than_last(run_dir, tmp_path):
+    steps = [ckpt.step_checkpoint_path(run_dir, s) for s in (4, 8, 12)]
+    output = tmp_path / "avg.pt"
+    result = runner.invoke(app, ["average-checkpoints", str(run_dir), "--last", "5", "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    assert f"warning: --last 5, but {run_dir} has only 3 numbered checkpoint(s)" in result.stderr
+    assert loaded_lines(result) == [expected(p) for p in steps]
+    result = runner.invoke(app, ["translate", "--checkpoint", str(output), "--beam-size", "1"], input="a bird\n")
+    assert loaded_lines(result) == [f"loaded {output} (average of 3 checkpoints, updates 4..12; no dev score recorded)"]
+    result = runner.invoke(app, ["average-checkpoints", str(run_dir), "--last", "2", "-o", str(output)])
+    assert result.exit_code == 0 and "warning" not in result.stderr
+    assert loaded_lines(result) == [expected(p) for p in steps[1:]]
+
+
+# -- rpr-mt plot ----------------------------------------------------------------------------------------------------
+
+
+def test_plot_draws_a_png_of_the_run(run_dir, tmp_path):
+    pytest.importorskip("matplotlib")
+    output = tmp_path / "curves.png"
+    result = runner.invoke(app, ["plot", str(run_dir), "-o", str(output)])
+    assert result.exit_code == 0, result.output
+    assert output.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    from PIL import Image  # a matplotlib dependency
+
+    assert Image.open(output).size == (1100, 700)  # 11 x 7 inches at 100 dpi: the four panels
+
+
+def test_plot_errors_are_one_line(run_dir, tmp_path, monkeypatch):
+    assert_one_line_error(runner.invoke(app, ["plot", str(tmp_path)]), "no metrics.jsonl in")
+    monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the optional extra were not installed
+    assert_one_line_error(runner.invoke(app, ["plot", str(run_dir), "-o", str(tmp_path / "x.png")]),
+                          "pip install 'rpr-mt[plots]'")
+
+
+def test_curves_of_a_resumed_run_keep_the_resumed_updates_once(tmp_path):
+    records = [{"step": 1, "loss": 5.0}, {"step": 50, "loss": 4.0}, {"step": 100, "loss": 3.0},
+               {"step": 100, "dev_nll": 3.5, "dev_bleu": 1.0}, {"step": 150, "loss": 2.9},  # killed after 150
+               {"step": 150, "loss": 2.5}, {"step": 200, "loss": 2.0},  # resumed from the checkpoint at 100
+               {"step": 200, "dev_nll": 2.2, "dev_bleu": 9.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    train_records, dev_records = read_curves(tmp_path)
+    assert [(r["step"], r["loss"]) for r in train_records] == [(1, 5.0), (50, 4.0), (100, 3.0), (150, 2.5), (200, 2.0)]
+    assert [r["step"] for r in dev_records] == [100, 200]

@@ -1,0 +1,204 @@
+"""Steering a run: N more updates, fine-tuning from a checkpoint, TensorBoard scalars, the progress bar's time left,
+the slowdown warning and the dev scores kept in checkpoints (tiny models on the demo corpus, seconds each)."""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import json
+import re
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+from rpr_mt.config import config_from_dict
+from rpr_mt.errors import UserError
+from rpr_mt.train import checkpoint as ckpt
+from rpr_mt.train import trainer
+from rpr_mt.train.trainer import train
+from tests.train.test_trainer import demo_data, final_weights, tiny  # noqa: F401 (demo_data is a fixture)
+
+
+def run(raw: dict, **kwargs) -> tuple[trainer.TrainResult, str]:
+    """Train and return the result with everything the run wrote to stderr."""
+    err = io.StringIO()
+    with contextlib.redirect_stderr(err):
+        result = train(config_from_dict(raw), **kwargs)
+    return result, err.getvalue()
+
+
+def metrics(run_dir: Path) -> list[dict]:
+    return [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+
+
+def adam_step(state: dict) -> float:
+    return float(state["optimizer"]["state"][0]["step"])
+
+
+# -- N more updates ----------------------------------------------------------------------------------------------------
+
+
+def test_more_steps_continues_the_latest_checkpoint_exactly(tmp_path, demo_data):
+    train(config_from_dict(tiny(demo_data, tmp_path / "whole")), progress=False)  # 12 updates in one go
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 6})
+    first, _ = run(raw, progress=False)
+    assert first.step == 6 and first.stopped_by == "max_steps"
+    result, err = run(raw, progress=False, more_steps=6)  # the same config: its max_steps is already reached
+    assert f"resuming from {ckpt.step_checkpoint_path(tmp_path / 'run', 6)}" in err
+    assert "training to update 12" in err
+    assert result.step == 12 and result.stopped_by == "max_steps"
+    assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]["max_steps"] == 12
+    a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "run")
+    assert all(torch.equal(a[key], b[key]) for key in a)  # the same as planning 12 updates from the start
+
+
+def test_more_steps_lifts_the_other_stopping_rules(tmp_path, demo_data):
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 4, "max_time": 0.001})  # time is up at once
+    first, _ = run(raw, progress=False)
+    assert first.stopped_by == "max_time" and first.step < 4
+    result, _ = run(raw, progress=False, more_steps=3)
+    assert result.step == first.step + 3 and result.stopped_by == "max_steps"
+
+
+def test_more_steps_needs_a_checkpoint_and_a_step_based_schedule(tmp_path, demo_data):
+    with pytest.raises(UserError, match="no checkpoint to continue"):
+        train(config_from_dict(tiny(demo_data, tmp_path / "empty")), progress=False, more_steps=5)
+    raw = tiny(demo_data, tmp_path / "budget",
+               train={"max_steps": None, "max_time": 0.001, "lr_schedule": "budget"})
+    run(raw, progress=False)
+    with pytest.raises(UserError, match="budget.*train.max_time"):
+        train(config_from_dict(raw), progress=False, more_steps=5)
+    with pytest.raises(UserError, match="--more-steps must be >= 1"):
+        train(config_from_dict(raw), progress=False, more_steps=0)
+
+
+# -- fine-tuning from a checkpoint --------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def pretrained(tmp_path_factory, demo_data) -> Path:
+    run_dir = tmp_path_factory.mktemp("pretrained") / "run"
+    train(config_from_dict(tiny(demo_data, run_dir, train={"max_steps": 8})), progress=False)
+    return ckpt.step_checkpoint_path(run_dir, 8)
+
+
+@pytest.mark.parametrize("reset", [True, False])
+def test_init_from_starts_a_new_run_from_the_checkpoint_weights(tmp_path, demo_data, pretrained, reset):
+    # A learning rate of 1e-9 moves no weight by more than ~1e-8 in two Adam steps: the result is the source's weights.
+    raw = tiny(demo_data, tmp_path / "ft", train={"max_steps": 2, "init_from": str(pretrained),
+                                                  "reset_optimizer": reset, "peak_lr": 1e-9, "valid_bleu": False})
+    result, err = run(raw, progress=False)
+    assert f"initialised from {pretrained} (update 8" in err
+    assert ("optimizer reset" if reset else "optimizer state loaded") in err
+    assert result.step == 2  # the fine-tuning run counts its own updates
+    state = ckpt.load_checkpoint(ckpt.step_checkpoint_path(tmp_path / "ft", 2))
+    source = ckpt.load_checkpoint(pretrained)
+    for key, value in source["model"].items():
+        assert torch.allclose(state["model"][key], value, atol=1e-6), key
+    assert adam_step(state) == (2 if reset else 8 + 2)  # Adam's own count: fresh moments or the source's
+    # Running the same command again resumes the fine-tuning run, not the source.
+    raw["train"]["max_steps"] = 3
+    result, err = run(raw, progress=False)
+    assert result.step == 3 and "train.init_from is not used" in err
+
+
+def test_init_from_rejects_another_vocabulary_and_a_missing_optimizer(tmp_path, demo_data, pretrained):
+    state = ckpt.load_checkpoint(pretrained)
+    state["vocab"] = {**state["vocab"], "fingerprint": "0" * 64}
+    foreign = tmp_path / "foreign.pt"
+    ckpt.save_checkpoint(state, foreign)
+    raw = tiny(demo_data, tmp_path / "a", train={"max_steps": 1, "init_from": str(foreign)})
+    with pytest.raises(UserError, match="another vocabulary"):
+        train(config_from_dict(raw), progress=False)
+    averaged = tmp_path / "avg.pt"
+    ckpt.save_checkpoint(ckpt.average_checkpoints([pretrained]), averaged)
+    raw = tiny(demo_data, tmp_path / "b", train={"max_steps": 1, "init_from": str(averaged), "reset_optimizer": False})
+    with pytest.raises(UserError, match="no optimizer state.*reset_optimizer=true"):
+        train(config_from_dict(raw), progress=False)
+    raw = tiny(demo_data, tmp_path / "c", train={"max_steps": 1, "init_from": str(tmp_path / "nowhere.pt")})
+    with pytest.raises(UserError, match="train.init_from: checkpoint not found"):
+        train(config_from_dict(raw), progress=False)
+    raw = tiny(demo_data, tmp_path / "d", model={"d_model": 64}, train={"max_steps": 1, "init_from": str(pretrained)})
+    with pytest.raises(UserError, match="does not fit this model section"):
+        train(config_from_dict(raw), progress=False)
+
+
+# -- what a finished run wrote -----------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def finished(tmp_path_factory, demo_data) -> tuple[Path, str]:
+    """12 updates, validated at 6 and 12, checkpoints at 4, 8 and 12, asked to average the last 5, with the bar."""
+    run_dir = tmp_path_factory.mktemp("finished") / "run"
+    _, err = run(tiny(demo_data, run_dir, train={"average_last": 5}), progress=True)
+    return run_dir, err
+
+
+def test_tensorboard_event_files_hold_the_logged_scalars(finished):
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    run_dir, _ = finished
+    assert list((run_dir / "tensorboard").glob("events.out.tfevents.*"))
+    events = EventAccumulator(str(run_dir / "tensorboard"))
+    events.Reload()
+    tags = set(events.Tags()["scalars"])
+    assert {"train/loss", "train/lr", "train/tgt_tok_s", "dev/nll", "dev/bleu"} <= tags
+    records = metrics(run_dir)
+    for tag, key in (("train/loss", "loss"), ("train/lr", "lr"), ("dev/nll", "dev_nll"), ("dev/bleu", "dev_bleu")):
+        expected = [(r["step"], r[key]) for r in records if r.get(key) is not None]
+        got = [(e.step, e.value) for e in events.Scalars(tag)]
+        assert [s for s, _ in got] == [s for s, _ in expected], tag
+        assert all(v == pytest.approx(w, rel=1e-6) for (_, v), (_, w) in zip(got, expected)), tag
+
+
+def test_tensorboard_can_be_turned_off(tmp_path, demo_data):
+    run(tiny(demo_data, tmp_path / "run", train={"max_steps": 2, "tensorboard": False}), progress=False)
+    assert (tmp_path / "run" / "metrics.jsonl").is_file() and not (tmp_path / "run" / "tensorboard").exists()
+
+
+def test_progress_bar_counts_to_max_steps_with_the_time_left(finished):
+    _, err = finished
+    # tqdm's "n/total [elapsed<remaining" is there for every refresh; the last one reaches the total
+    assert re.search(r"\b\d+/12 \[\d\d:\d\d<\d\d:\d\d", err), err[-2000:]
+    assert "12/12 [" in err
+
+
+def test_checkpoints_record_the_dev_scores_of_their_own_weights(finished):
+    run_dir, _ = finished
+    validations = {r["step"]: r for r in metrics(run_dir) if "dev_nll" in r}
+    assert sorted(validations) == [6, 12]
+    best = ckpt.load_checkpoint(ckpt.checkpoint_dir(run_dir) / "checkpoint_best.pt")
+    scores = validations[best["step"]]
+    assert best["dev"]["nll"] == scores["dev_nll"] and best["dev"]["bleu"] == scores["dev_bleu"]
+    assert best["best_bleu"] == scores["dev_bleu"]  # was the previous best before
+    last = ckpt.load_checkpoint(ckpt.step_checkpoint_path(run_dir, 12))
+    assert last["dev"]["bleu"] == validations[12]["dev_bleu"]
+    assert ckpt.load_checkpoint(ckpt.step_checkpoint_path(run_dir, 8))["dev"] is None  # not validated at 8
+
+
+def test_average_last_with_fewer_checkpoints_warns(finished):
+    run_dir, err = finished
+    assert "warning: train.average_last is 5 but" in err and "averaging 3" in err
+    averaged = ckpt.load_checkpoint(ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
+    assert averaged["averaged_steps"] == [4, 8, 12]
+
+
+# -- the slowdown warning ----------------------------------------------------------------------------------------------
+
+
+def test_trainer_feeds_each_log_window_but_the_first_to_the_monitor_and_warns_once(tmp_path, demo_data, monkeypatch):
+    seen: list[float] = []
+
+    class Monitor:
+        def observe(self, rate: float) -> float | None:
+            seen.append(rate)
+            return 123456.0 if len(seen) == 2 else None  # the monitor's own logic is tested in test_throughput.py
+
+    monkeypatch.setattr(trainer, "ThroughputMonitor", Monitor)
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 16, "log_every": 2, "valid_bleu": False})
+    _, err = run(raw, progress=False)
+    logged = [r["tgt_tok_s"] for r in metrics(tmp_path / "run") if "tgt_tok_s" in r]  # updates 1, 2, 4, ..., 16
+    assert seen == logged[1:]
+    assert err.count("warning: training slowed") == 1 and "this run's early 123,456" in err
