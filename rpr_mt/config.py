@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import math
+import os
 import re
 import types
 import typing
@@ -345,7 +346,12 @@ def config_to_dict(config: Config) -> dict[str, Any]:
 
 
 def save_config(config: Config, path: str | Path) -> None:
-    Path(path).write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False), encoding="utf-8")
+    """Write the resolved config atomically (a temporary file renamed into place): a kill while writing leaves the
+    previous file, never an empty one."""
+    path = Path(path)
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False), encoding="utf-8")
+    os.replace(tmp, path)
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:

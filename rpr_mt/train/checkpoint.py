@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import os
+import pickle
 import re
 import tempfile
 from pathlib import Path
@@ -45,12 +46,35 @@ def step_checkpoint_path(run_dir: str | Path, step: int) -> Path:
     return checkpoint_dir(run_dir) / f"checkpoint_{step:08d}.pt"
 
 
+def content_checksum(payload: dict[str, Any]) -> str:
+    """sha256 over every tensor of a checkpoint (model, optimizer, RNG states, vocabulary), in a fixed order, with
+    the keys that lead to each: flipped weight bytes, or a tensor swapped for another, change it."""
+    digest = hashlib.sha256()
+
+    def visit(key: str, value: Any) -> None:
+        if isinstance(value, torch.Tensor):
+            digest.update(f"{key}:{value.dtype}:{tuple(value.shape)};".encode())
+            if value.numel():  # reshape(-1): a 0-d tensor cannot be viewed as bytes
+                digest.update(value.detach().cpu().contiguous().reshape(-1).view(torch.uint8).numpy().tobytes())
+        elif isinstance(value, dict):
+            for k in sorted(value, key=str):
+                visit(f"{key}/{k}", value[k])
+        elif isinstance(value, (list, tuple)):
+            for i, v in enumerate(value):
+                visit(f"{key}/{i}", v)
+
+    visit("", {k: v for k, v in payload.items() if k != "checksum"})
+    return digest.hexdigest()
+
+
 def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
     """Write atomically: a temporary file in the same directory, fsync, then rename over ``path``.
 
-    A crash at any moment leaves either the old file or the new one, never a truncated checkpoint.
+    A crash at any moment leaves either the old file or the new one, never a truncated checkpoint. The payload gets
+    a ``checksum`` of its tensors (``content_checksum``), which ``load_checkpoint`` verifies.
     """
     path = Path(path)
+    payload = {**payload, "checksum": content_checksum(payload)}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
@@ -79,11 +103,20 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise UserError(f"checkpoint not found: {path}")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
+    except pickle.UnpicklingError as exc:  # weights_only refuses anything but tensors and plain containers
+        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        raise UserError(f"checkpoint {path} holds more than weights (refused by weights_only loading, which does "
+                        f"not run code from a file): {' '.join(first.split()[:30])}") from None
     except Exception as exc:  # torch raises several types for truncated/corrupt zip archives
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
-        raise UserError(f"checkpoint {path} is corrupt or truncated ({reason[:120]})") from None
+        raise UserError(f"checkpoint {path} is corrupt or truncated ({' '.join(reason.split()[:30])})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path} is not an rpr-mt checkpoint")
+    missing = [key for key in ("config", "vocab", "model") if not isinstance(payload.get(key), dict)]
+    if missing:
+        raise UserError(f"checkpoint {path} lacks {', '.join(missing)} (not a complete rpr-mt checkpoint)")
+    if "checksum" in payload and payload["checksum"] != content_checksum(payload):  # older checkpoints have none
+        raise UserError(f"checkpoint {path} is corrupt: its tensors differ from the checksum written with them")
     if isinstance(payload.get("model"), dict):
         payload["model"] = upgrade_state_dict(payload["model"])
     return payload
@@ -108,9 +141,28 @@ def latest_valid_checkpoint(run_dir: str | Path, warn=print) -> tuple[Path, dict
     return None
 
 
-def prune_checkpoints(run_dir: str | Path, keep_last: int) -> None:
-    for path in list_step_checkpoints(run_dir)[:-keep_last]:
+def prune_checkpoints(run_dir: str | Path, keep_last: int, save_every: int | None = None) -> None:
+    """Keep the newest ``keep_last`` numbered checkpoints. With ``save_every``, first drop every older checkpoint
+    off that grid but the newest: the one an interrupted run saved when it was stopped. Once the resumed run has
+    saved past it, it is superseded, so an interrupted run keeps (and averages) the same checkpoints as an
+    uninterrupted one."""
+    paths = list_step_checkpoints(run_dir)
+    if save_every is not None:
+        for path in paths[:-1]:
+            if int(STEP_PATTERN.search(path.name).group(1)) % save_every != 0:
+                path.unlink(missing_ok=True)
+        paths = list_step_checkpoints(run_dir)
+    for path in paths[:-keep_last]:
         path.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that a kill interrupted (``.checkpoint_*.tmp``)."""
+    directory = checkpoint_dir(run_dir)
+    stale = sorted(directory.glob(".*.tmp")) if directory.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:

@@ -144,11 +144,31 @@ def _peak_memory_mb(device: torch.device) -> float:
     return resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 1024  # Linux reports KiB
 
 
+def _saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """The config a run directory was trained with: its config.yaml, or, when a kill left that unreadable or empty,
+    the config stored in its newest loadable checkpoint (config.yaml is rewritten at the start of every run)."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        saved = None
+    if isinstance(saved, dict) and saved:
+        return saved
+    found = ckpt.latest_valid_checkpoint(run_dir, warn=log)
+    if found is None:
+        return {}
+    log(f"{config_path} is unreadable or empty; comparing with the config saved in {found[0].name}")
+    return found[1]["config"]
+
+
 def _config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     diffs = []
     for section in ("data", "model", "train"):
         for key in sorted(set(old.get(section, {})) | set(new.get(section, {}))):
             if section == "train" and key in RESUMABLE_TRAIN_KEYS:
+                continue
+            if section == "train" and key == "run_dir":  # the run is this directory, however the path is spelled
                 continue
             a, b = old.get(section, {}).get(key), new.get(section, {}).get(key)
             if a != b:
@@ -340,10 +360,11 @@ def train(
 
     # -- run directory: refuse to mix two different runs ------------------------------------------------------------
     config_path = run_dir / "config.yaml"
+    if dd.is_main:
+        for stale in ckpt.remove_stale_temporaries(run_dir):
+            log(f"removed {stale.name}, left by a checkpoint write that was interrupted")
     if dd.is_main and config_path.is_file():
-        import yaml
-
-        old = yaml.safe_load(config_path.read_text(encoding="utf-8")) or {}
+        old = _saved_config(config_path, run_dir, log)
         diffs = _config_differences(old, config_to_dict(cfg))
         if diffs and not overwrite:
             raise UserError(
@@ -465,7 +486,7 @@ def train(
         path = ckpt.step_checkpoint_path(run_dir, step)
         if dd.is_main:
             ckpt.save_checkpoint(make_state(), path)
-            ckpt.prune_checkpoints(run_dir, t.keep_last)
+            ckpt.prune_checkpoints(run_dir, t.keep_last, t.save_every)
         last_saved, saved_step = path, step
         dd.barrier()
 

@@ -1,0 +1,92 @@
+"""Checkpoint and run-directory integrity (issue #18): checksums, fallbacks, atomic config, stale temporaries,
+interrupted runs keeping the same checkpoints, and resumption that does not depend on how the path is spelled."""
+
+from __future__ import annotations
+
+import os
+import pickle
+from pathlib import Path
+
+import pytest
+import torch
+
+from rpr_mt.config import config_from_dict
+from rpr_mt.errors import UserError
+from rpr_mt.train import checkpoint as ckpt
+from rpr_mt.train.trainer import train
+from tests.train.test_trainer import demo_data, final_weights, tiny  # noqa: F401  (fixture)
+
+
+def payload(seed: int = 0) -> dict:
+    gen = torch.Generator().manual_seed(seed)
+    return {"format": ckpt.FORMAT, "step": 3, "config": {"model": {}}, "vocab": {"size": 4},
+            "model": {"w": torch.randn(4, 4, generator=gen), "b": torch.zeros(4), "scale": torch.tensor(2.0)}}
+
+
+def test_flipped_weight_bytes_are_detected(tmp_path):
+    path = tmp_path / "checkpoint_00000003.pt"
+    ckpt.save_checkpoint(payload(), path)
+    assert torch.equal(ckpt.load_checkpoint(path)["model"]["w"], payload()["model"]["w"])
+    raw = torch.load(path, weights_only=True)
+    raw["model"]["w"][1, 2] += 1e-3  # a flipped weight, with the old checksum kept
+    torch.save(raw, path)
+    with pytest.raises(UserError, match="corrupt: its tensors differ from the checksum"):
+        ckpt.load_checkpoint(path)
+
+
+def test_newest_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
+    run = tmp_path / "run"
+    for step in (4, 8):
+        ckpt.save_checkpoint({**payload(step), "step": step}, ckpt.step_checkpoint_path(run, step))
+    newest = ckpt.step_checkpoint_path(run, 8)
+    newest.write_bytes(newest.read_bytes()[:-100])  # truncated
+    warnings: list[str] = []
+    path, state = ckpt.latest_valid_checkpoint(run, warn=warnings.append)
+    assert path.name == "checkpoint_00000004.pt" and state["step"] == 4
+    assert "checkpoint_00000008.pt" in warnings[0] and "falling back" in warnings[0]
+
+
+def test_refused_and_incomplete_checkpoints_say_why(tmp_path):
+    code = tmp_path / "code.pt"
+    with open(code, "wb") as f:
+        pickle.dump({"format": ckpt.FORMAT, "x": Path("p")}, f)  # an object weights_only will not build
+    with pytest.raises(UserError, match="holds more than weights") as info:
+        ckpt.load_checkpoint(code)
+    assert "\n" not in str(info.value)
+    partial = tmp_path / "partial.pt"
+    torch.save({"format": ckpt.FORMAT, "model": {}}, partial)
+    with pytest.raises(UserError, match="lacks config, vocab"):
+        ckpt.load_checkpoint(partial)
+
+
+def test_prune_drops_superseded_off_grid_checkpoints_and_stale_temporaries(tmp_path):
+    run = tmp_path / "run"
+    for step in (4, 8, 10, 12):  # 10: saved when a signal stopped the run; 12 the first save after resuming
+        ckpt.save_checkpoint(payload(), ckpt.step_checkpoint_path(run, step))
+    ckpt.prune_checkpoints(run, keep_last=5, save_every=4)
+    assert [p.name for p in ckpt.list_step_checkpoints(run)] == ["checkpoint_00000004.pt", "checkpoint_00000008.pt",
+                                                                  "checkpoint_00000012.pt"]
+    ckpt.save_checkpoint(payload(), ckpt.step_checkpoint_path(run, 14))  # the end, off the grid: kept
+    ckpt.prune_checkpoints(run, keep_last=5, save_every=4)
+    assert ckpt.list_step_checkpoints(run)[-1].name == "checkpoint_00000014.pt"
+    stale = ckpt.checkpoint_dir(run) / ".checkpoint_00000016.pt.abc123.tmp"
+    stale.write_bytes(b"half a checkpoint")
+    assert ckpt.remove_stale_temporaries(run) == [stale] and not stale.exists()
+
+
+def test_resume_survives_an_empty_config_and_another_spelling_of_the_path(tmp_path, demo_data, monkeypatch):  # noqa: F811
+    run = tmp_path / "run"
+    raw = tiny(demo_data, run, train={"max_steps": 8, "save_every": 4, "validate_every": 100})
+    reference = tmp_path / "reference"
+    train(config_from_dict(tiny(demo_data, reference, train={"max_steps": 8, "save_every": 4,
+                                                             "validate_every": 100})), progress=False)
+    first = config_from_dict({**raw, "train": {**raw["train"], "max_steps": 4}})
+    train(first, progress=False)
+    (run / "config.yaml").write_text("")  # a kill while config.yaml was being written (before it was atomic)
+    (ckpt.checkpoint_dir(run) / ".checkpoint_00000008.pt.x.tmp").write_bytes(b"")
+    monkeypatch.chdir(tmp_path)
+    result = train(config_from_dict({**raw, "train": {**raw["train"], "run_dir": "./run/"}}), progress=False)
+    assert result.step == 8 and not list(ckpt.checkpoint_dir(run).glob(".*.tmp"))
+    for key, tensor in final_weights(reference).items():
+        assert torch.equal(tensor, final_weights(run)[key]), key
+    assert os.path.getsize(run / "config.yaml") > 0
