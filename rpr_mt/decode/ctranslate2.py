@@ -78,6 +78,10 @@ class ExportedTranslator:
 
     # -- search -----------------------------------------------------------------------------------------------------
 
+    def piece_ids(self, pieces: Sequence[str]) -> list[int]:
+        """The vocabulary ids of CTranslate2's output pieces."""
+        return [self._ids[p] for p in pieces]
+
     def limit(self, source_ids: Sequence[int], decode: DecodeConfig) -> int:
         """rpr-mt's limit on output tokens before eos for a source of these pieces (eos not included)."""
         length = min(len(source_ids), self.max_positions - 1) + 1  # with the eos the model config appends
@@ -117,7 +121,7 @@ class ExportedTranslator:
             # |Y| with eos, unless the hypothesis was cut at the limit (see the module docstring)
             length = len(pieces) + (1 if len(pieces) <= limit else 0)
             logprob = score * length**penalty  # undo CTranslate2's normalisation
-            tokens = [self._ids[p] for p in pieces]
+            tokens = self.piece_ids(pieces)
             hypotheses.append(Hypothesis(tokens, logprob / gnmt_length_penalty(length, decode.length_penalty), logprob))
         return sorted(hypotheses, key=lambda h: -h.score)[: decode.nbest]  # stable, as rpr-mt's
 
