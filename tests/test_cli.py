@@ -76,3 +76,13 @@ def test_average_of_identical_checkpoints_is_that_checkpoint(tmp_path):
     averaged = ckpt.load_checkpoint(ckpt.checkpoint_dir(tmp_path) / "checkpoint_avg.pt")["model"]
     for key, value in weights.items():
         assert torch.allclose(averaged[key], value, atol=1e-7)
+
+
+def test_export_bad_input(tmp_path):
+    assert_one_line_error(run("export", str(tmp_path / "nope.pt"), "--output", str(tmp_path / "ct2")),
+                          "checkpoint not found")
+    assert_one_line_error(run("export", str(tmp_path), "--output", str(tmp_path / "ct2"), "--quantization", "int3"),
+                          "--quantization must be one of")
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    assert_one_line_error(run("export", str(tmp_path), "--output", str(tmp_path), "--force"),
+                          "not a CTranslate2 model directory")
