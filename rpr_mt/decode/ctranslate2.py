@@ -13,10 +13,14 @@
   their limit. Sources are cut to ``max_positions - 1`` pieces; the exported config appends eos.
 * ``min_decoding_length=0`` (CTranslate2's default of 1 forbids an empty output, which also changes the first step's
   normalisation), no repetition penalty, no n-gram blocking, unk allowed.
+* at the length limit rpr-mt forces eos on every open hypothesis (keeping eos's log-probability); CTranslate2 cannot,
+  and instead returns the best extensions of the open hypotheses by one more token, without eos. Their first
+  ``limit`` tokens are scored with eos (``score_batch``), which is rpr-mt's result for greedy search.
 
-Differences that remain (none shows on outputs that end with eos before the limit, i.e. on a trained model):
+Differences that remain (none shows on outputs that end with eos before the limit, as a trained model's do):
 
-* at the length limit rpr-mt forces eos (keeping its log-probability); CTranslate2 ends the hypotheses without it.
+* at the length limit with a beam, an open hypothesis none of whose extensions is among CTranslate2's ``k`` best
+  is not seen, so rpr-mt's forced ending of it cannot be ranked.
 * rpr-mt never emits pad or bos (but keeps them in the softmax); CTranslate2 can emit them. Suppressing them there
   would drop them from its softmax and shift every score, so they are left alone.
 * when more than ``k`` hypotheses have finished at the step a sentence stops, CTranslate2 keeps the ``k`` best by its
@@ -101,8 +105,18 @@ class ExportedTranslator:
                 pieces, max_decoding_length=limit + 1, max_batch_size=decode.max_tokens, batch_type="tokens",
                 **self._options(decode),
             )
-            for index, output in zip(indices, outputs):
-                results[index] = self._rank(output, limit, decode)
+            # Hypotheses that ran to the limit come back cut without eos, one token longer than rpr-mt allows (see
+            # the module docstring): their first `limit` tokens are scored with eos, rpr-mt's forced ending.
+            cut = sorted({(k, tuple(h[:limit])) for k, out in enumerate(outputs) for h in out.hypotheses
+                          if len(h) > limit})
+            forced: dict[tuple[int, tuple[str, ...]], float] = {}
+            if cut:
+                scored = self.translator.score_batch([pieces[k] for k, _ in cut], [list(p) for _, p in cut],
+                                                     max_batch_size=decode.max_tokens, batch_type="tokens",
+                                                     max_input_length=0)
+                forced = {key: sum(result.log_probs) for key, result in zip(cut, scored)}
+            for k, (index, output) in enumerate(zip(indices, outputs)):
+                results[index] = self._rank(output, limit, decode, {p: lp for (j, p), lp in forced.items() if j == k})
         return results
 
     def _options(self, decode: DecodeConfig) -> dict[str, Any]:
@@ -114,15 +128,22 @@ class ExportedTranslator:
             max_input_length=0, return_scores=True, sampling_topk=1,
         )
 
-    def _rank(self, output: Any, limit: int, decode: DecodeConfig) -> list[Hypothesis]:
+    def _rank(
+        self, output: Any, limit: int, decode: DecodeConfig, forced: dict[tuple[str, ...], float]
+    ) -> list[Hypothesis]:
+        """rpr-mt's ranking of CTranslate2's hypotheses for one source; ``forced``: the log-probability with eos of
+        the first ``limit`` pieces of each hypothesis cut at the limit."""
         penalty = self._options(decode)["length_penalty"]
-        hypotheses = []
+        found: dict[tuple[str, ...], float] = {}  # pieces -> log-probability with eos
         for pieces, score in zip(output.hypotheses, output.scores):
-            # |Y| with eos, unless the hypothesis was cut at the limit (see the module docstring)
-            length = len(pieces) + (1 if len(pieces) <= limit else 0)
-            logprob = score * length**penalty  # undo CTranslate2's normalisation
-            tokens = self.piece_ids(pieces)
-            hypotheses.append(Hypothesis(tokens, logprob / gnmt_length_penalty(length, decode.length_penalty), logprob))
+            if len(pieces) <= limit:  # ended with eos: undo CTranslate2's normalisation (|Y| counts eos)
+                found[tuple(pieces)] = score * (len(pieces) + 1) ** penalty
+        for prefix, logprob in forced.items():  # several cut hypotheses may extend one beam, which may also end
+            found.setdefault(prefix, logprob)
+        hypotheses = [
+            Hypothesis(self.piece_ids(pieces), lp / gnmt_length_penalty(len(pieces) + 1, decode.length_penalty), lp)
+            for pieces, lp in found.items()
+        ]
         return sorted(hypotheses, key=lambda h: -h.score)[: decode.nbest]  # stable, as rpr-mt's
 
     # -- text -------------------------------------------------------------------------------------------------------
