@@ -143,8 +143,10 @@ def main() -> None:
             bleu = score(outputs, references, lang=tgt_lang)["sacrebleu"]
             rows[name] = (seconds, tokens, bleu, outputs)
 
-    print(f"{len(lines)} lines of test_2016_flickr.{src_lang} -> {tgt_lang}; {resolved if args.checkpoint else 'random model'}"
-          f" ({cfg.model.positions}, {cfg.model.encoder_layers}+{cfg.model.decoder_layers} layers, d={cfg.model.d_model});"
+    model_name = resolved if args.checkpoint else "random model"
+    m = cfg.model
+    print(f"{len(lines)} lines of test_2016_flickr.{src_lang} -> {tgt_lang}; {model_name} ({m.positions}, "
+          f"{m.encoder_layers}+{m.decoder_layers} layers, d={m.d_model});"
           f" beam {decode.beam_size}, length penalty {decode.length_penalty}, max length {decode.max_len_a}|x|+"
           f"{decode.max_len_b}; {args.threads} threads; torch {torch.__version__}, ctranslate2 "
           f"{__import__('ctranslate2').__version__}; median of {args.repeats}; loadavg {os.getloadavg()[0]:.2f}")
@@ -155,8 +157,9 @@ def main() -> None:
     ours = rows["rpr-mt (cached beam search)"][3]
     for name, (seconds, tokens, bleu, outputs) in rows.items():
         same = sum(a == b for a, b in zip(outputs, ours))
-        print(f"| {name} | {len(lines) / seconds:.1f} | {tokens / seconds:.0f} | {tokens / seconds / reference_rate:.2f} |"
-              f" {bleu:.2f} | {same}/{len(lines)} |")
+        rate = tokens / seconds
+        print(f"| {name} | {len(lines) / seconds:.1f} | {rate:.0f} | {rate / reference_rate:.2f} | {bleu:.2f} |"
+              f" {same}/{len(lines)} |")
     drop = rows["CTranslate2 float32"][2] - rows["CTranslate2 int8"][2]
     ratio = (rows["rpr-mt (cached beam search)"][1] / rows["rpr-mt (cached beam search)"][0]) / reference_rate
     print()

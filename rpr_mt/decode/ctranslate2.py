@@ -70,7 +70,8 @@ class ExportedTranslator:
         self.model_dir = Path(model_dir)
         info_path = self.model_dir / EXPORT_INFO_FILE
         if not info_path.is_file():
-            raise UserError(f"{self.model_dir} is not a model directory written by `rpr-mt export` (no {EXPORT_INFO_FILE})")
+            raise UserError(f"{self.model_dir} is not a model directory written by `rpr-mt export` "
+                            f"(no {EXPORT_INFO_FILE})")
         self.info: dict[str, Any] = json.loads(info_path.read_text(encoding="utf-8"))
         self.max_positions: int = int(self.info["max_positions"])
         self.decode: DecodeConfig = config_from_dict({"decode": self.info["decode"]}, origin=str(info_path)).decode
