@@ -232,6 +232,25 @@ def plot(
     typer.echo(f"wrote {plot_run(run, output)}", err=True)
 
 
+@app.command("export", cls=_Command)
+@user_errors
+def export_command(
+    checkpoint: Path = typer.Argument(..., help="A run directory or a checkpoint file."),
+    output: Path = typer.Option(..., "--output", "-o", help="The CTranslate2 model directory to write."),
+    which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
+    quantization: Optional[str] = typer.Option(
+        None, "--quantization", help="CTranslate2 weight type (int8, int8_float32, int16, float16, ...); "
+                                     "default: float32, as trained."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing CTranslate2 model directory."),
+) -> None:
+    """Export a trained model to CTranslate2 (with its SentencePiece model) for fast inference."""
+    from rpr_mt.export.ctranslate2 import export_ctranslate2
+
+    result = export_ctranslate2(checkpoint, output, which=which, quantization=quantization, force=force)
+    typer.echo(f"exported the {result.positions} model {result.checkpoint} to {result.output} "
+               f"({result.quantization or 'float32'} weights)", err=True)
+
+
 # -- helpers -----------------------------------------------------------------------------------------------------------
 
 

@@ -148,3 +148,13 @@ def test_boolean_flags_parse_the_typer_way(monkeypatch):
     assert run("train").exit_code == 0 and seen["progress"] is None and seen["more_steps"] is None
     result = run("train", "--dry-run=true")  # a flag takes no value
     assert result.exit_code == 2 and "does not take a value" in result.output
+
+
+def test_export_bad_input(tmp_path):
+    assert_one_line_error(run("export", str(tmp_path / "nope.pt"), "--output", str(tmp_path / "ct2")),
+                          "checkpoint not found")
+    assert_one_line_error(run("export", str(tmp_path), "--output", str(tmp_path / "ct2"), "--quantization", "int3"),
+                          "--quantization must be one of")
+    (tmp_path / "notes.txt").write_text("not a model\n")
+    assert_one_line_error(run("export", str(tmp_path), "--output", str(tmp_path), "--force"),
+                          "not a CTranslate2 model directory")
