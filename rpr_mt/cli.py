@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import os
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
@@ -131,6 +132,7 @@ def translate(
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
 
+    _check_output(output, "--output")
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens)
     lines = read_lines(input)
@@ -163,6 +165,8 @@ def eval_bleu(
     if checkpoint is not None:
         if hyp is not None:
             raise UserError("give either --hyp/--ref or --checkpoint, not both")
+        if save_hyp is not None:
+            _check_output(str(save_hyp), "--save-hyp")
         model, cfg, vocab, _ = _load_model(checkpoint, which, device)
         data_dir = Path(cfg.data.output_dir)
         src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
@@ -216,6 +220,10 @@ def average_checkpoints_command(
         paths = list(inputs)
         if output is None:
             raise UserError("--output is required when averaging listed checkpoint files")
+    if ckpt.STEP_PATTERN.search(output.name):  # resume and pruning would take it for a training checkpoint
+        raise UserError(f"--output {output}: a numbered name (checkpoint_NNNNNNNN.pt) is reserved for training "
+                        "checkpoints; choose another name, e.g. checkpoint_avg.pt")
+    _check_output(str(output), "--output")
     ckpt.save_checkpoint(ckpt.average_checkpoints(paths, report=_stderr), output)
     typer.echo(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {output}", err=True)
 
@@ -293,6 +301,21 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
     if decode.max_tokens < 1:
         raise UserError("--max-tokens must be >= 1")
     return decode
+
+
+def _check_output(path: str, option: str) -> None:
+    """Before any work: an output file's directory must exist and be writable, and the path must not be a directory
+    (a failed write after decoding would lose the translations)."""
+    if path == "-":
+        return
+    target = Path(path)
+    parent = target.parent if str(target.parent) else Path(".")
+    if target.is_dir():
+        raise UserError(f"{option} {path} is a directory; give a file name")
+    if not parent.is_dir():
+        raise UserError(f"{option} {path}: the directory {parent} does not exist")
+    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
+        raise UserError(f"{option} {path}: not writable")
 
 
 def _write_lines(path: str, lines) -> None:
