@@ -26,6 +26,7 @@ from typing import Any, Literal, Optional, Union
 import yaml
 
 from rpr_mt.errors import UserError
+from rpr_mt.faults import fault_point
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sections
@@ -351,6 +352,7 @@ def save_config(config: Config, path: str | Path) -> None:
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
     tmp.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False), encoding="utf-8")
+    fault_point("config_write")
     os.replace(tmp, path)
 
 

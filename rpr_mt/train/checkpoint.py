@@ -29,6 +29,7 @@ import torch
 from rpr_mt.config import Config, config_from_dict
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
+from rpr_mt.faults import fault_point
 from rpr_mt.model.upgrade import upgrade_state_dict
 
 if TYPE_CHECKING:
@@ -82,6 +83,7 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
             torch.save(payload, handle)
             handle.flush()
             os.fsync(handle.fileno())
+        fault_point("checkpoint_write")
         os.replace(tmp_name, path)
     except BaseException:
         Path(tmp_name).unlink(missing_ok=True)

@@ -90,3 +90,34 @@ def test_resume_survives_an_empty_config_and_another_spelling_of_the_path(tmp_pa
     for key, tensor in final_weights(reference).items():
         assert torch.equal(tensor, final_weights(run)[key]), key
     assert os.path.getsize(run / "config.yaml") > 0
+
+
+@pytest.mark.parametrize("fault", ["checkpoint_write:2", "config_write:1", "config_write:2"])
+def test_killed_during_a_write_then_resumed_ends_as_an_uninterrupted_run(tmp_path, demo_data, fault):  # noqa: F811
+    """SIGKILL at a fault point (a checkpoint's bytes written but not renamed; config.yaml's temporary written but
+    not renamed, on the first start or on a resume), then the same command again: the final model equals an
+    uninterrupted run's, and no temporary file is left."""
+    import subprocess
+    import sys
+
+    from rpr_mt.config import save_config
+
+    sections = {"train": {"max_steps": 12, "save_every": 4, "validate_every": 100}}
+    reference = tmp_path / "reference"
+    train(config_from_dict(tiny(demo_data, reference, **sections)), progress=False)
+    run = tmp_path / "run"
+    config = tmp_path / "run.yaml"
+    save_config(config_from_dict(tiny(demo_data, run, **sections)), config)
+    command = [sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config), "--no-progress"]
+    env = {**os.environ, "RPR_MT_KILL_AT": fault}
+    if fault == "config_write:2":  # a first, finished part of the run; the kill then hits the resume's config write
+        part = subprocess.run(command + ["--set", "train.max_steps=8"], capture_output=True, text=True)
+        assert part.returncode == 0, part.stderr
+        env["RPR_MT_KILL_AT"] = "config_write:1"
+    killed = subprocess.run(command, env=env, capture_output=True, text=True)
+    assert killed.returncode == -9, killed.stderr
+    finished = subprocess.run(command, capture_output=True, text=True)
+    assert finished.returncode == 0, finished.stderr
+    for key, tensor in final_weights(reference).items():
+        assert torch.equal(tensor, final_weights(run)[key]), key
+    assert not list(run.rglob(".*.tmp"))
