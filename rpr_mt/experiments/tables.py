@@ -147,10 +147,17 @@ def _code_lines(sweep: SweepResults) -> list[str]:
 
 
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
-    path = run_dir / "metrics.jsonl"
-    if not path.is_file():
+    """A run's training and validation records in update order, each update once: the records of updates that a
+    resumed invocation redid are replaced by the redone ones (``rpr_mt.curves.read_curves``)."""
+    from rpr_mt.curves import read_curves
+
+    if not (run_dir / "metrics.jsonl").is_file():
         return []
-    return [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip()]
+    try:
+        train, dev = read_curves(run_dir)
+    except UserError:  # no records yet
+        return []
+    return sorted(train + dev, key=lambda record: record["step"])  # stable: an update's training record first
 
 
 def pyplot() -> Any:

@@ -97,3 +97,16 @@ def test_paper_numbers_match_the_checked_transcriptions():
         ["12.5", "25.5", "25.8", "25.9", "25.8", "25.9", "25.8"]
     assert [PAPER[("key_value", c)] for c in ("aV+aK", "aK only", "aV only", "neither")] == \
         ["25.8", "25.8", "25.3", "12.5"]
+
+
+def test_metrics_of_redone_updates_are_read_once(tmp_path):
+    """A run killed after logging update 8 but before its checkpoint redoes updates 5-8 when resumed."""
+    import json
+
+    from rpr_mt.experiments.tables import read_metrics
+
+    records = [{"step": 4, "loss": 3.0}, {"step": 4, "dev_nll": 2.9, "dev_bleu": 1.0}, {"step": 8, "loss": 2.5},
+               {"step": 8, "loss": 2.4}, {"step": 8, "dev_nll": 2.2, "dev_bleu": 3.0}, {"step": 12, "loss": 2.0}]
+    (tmp_path / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records))
+    read = read_metrics(tmp_path)
+    assert [(r["step"], r.get("loss")) for r in read] == [(4, 3.0), (4, None), (8, 2.4), (8, None), (12, 2.0)]
