@@ -180,22 +180,31 @@ if triton is not None:
     @triton.jit
     def _logits(q, k, QA, Bias, Mask, row_ok, col_ok, rm, rn, kind, b, h, offset, clip, S,
                 sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n,
-                HAS_K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+                HAS_K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
                 BM: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr):
         """[BM, BN] logits in log2 units, -inf where masked or beyond Lk: (q k^T + place(q w^K^T)) * scale * log2(e)
-        + bias * log2(e)."""
+        + bias * log2(e). ROWS (bit 0: the bias, bit 1: the mask) says which vary along the queries; the others
+        (padding masks, per-key biases) are read once per key tile as a row."""
         s = tl.dot(q, tl.trans(k), input_precision=PREC).to(ACC)
         if HAS_K:
             s += _place(QA + rm * NB, row_ok, rm, rn, kind, offset, clip, BM, BN)
         s = s * tl.load(S)  # scale * log2(e), in the accumulator's precision
         both = row_ok[:, None] & col_ok[None, :]
         if HAS_BIAS:
-            bias = tl.load(Bias + b * sb_b + h * sb_h + rm[:, None] * sb_m + rn[None, :] * sb_n, mask=both, other=0.0)
+            if ROWS % 2 == 1:
+                bias = tl.load(Bias + b * sb_b + h * sb_h + rm[:, None] * sb_m + rn[None, :] * sb_n, mask=both,
+                               other=0.0)
+            else:
+                bias = tl.load(Bias + b * sb_b + h * sb_h + rn[None, :] * sb_n, mask=col_ok[None, :], other=0.0)
             s += bias.to(ACC) * tl.load(S + 1)  # log2(e)
         allowed = col_ok[None, :]
         if HAS_MASK:
-            allowed = allowed & (tl.load(Mask + b * sm_b + h * sm_h + rm[:, None] * sm_m + rn[None, :] * sm_n,
-                                         mask=both, other=0) != 0)
+            if ROWS // 2 == 1:
+                allowed = allowed & (tl.load(Mask + b * sm_b + h * sm_h + rm[:, None] * sm_m + rn[None, :] * sm_n,
+                                             mask=both, other=0) != 0)
+            else:
+                allowed = allowed & (tl.load(Mask + b * sm_b + h * sm_h + rn[None, :] * sm_n, mask=col_ok[None, :],
+                                             other=0) != 0)
         return tl.where(allowed, s, float("-inf"))
 
     @triton.jit
@@ -204,7 +213,7 @@ if triton is not None:
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, so_b, so_h, so_m, so_d,
         st_h, st_r, st_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
-        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
         DROPOUT: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
         TDT: tl.constexpr, TPREC: tl.constexpr,
@@ -239,7 +248,8 @@ if triton is not None:
             kind = _tile_kind(m0, n0, offset, clip, BM, BN)
             k = tl.load(K + rn[:, None] * sk_n + rd[None, :] * sk_d, mask=col_ok[:, None] & d_ok[None, :], other=0.0)
             s = _logits(q, k, QA, Bias, Mask, row_ok, col_ok, rm, rn, kind, b, h, offset, clip, S,
-                        sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, HAS_K, HAS_BIAS, HAS_MASK, BM, BN, NB, ACC, PREC)
+                        sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, HAS_K, HAS_BIAS, HAS_MASK, ROWS, BM, BN, NB,
+                        ACC, PREC)
             m_new = tl.maximum(m_i, tl.max(s, 1))
             m_use = tl.where(m_new == float("-inf"), 0.0, m_new)  # a row masked so far: keep exp2 finite
             alpha = tl.exp2(m_i - m_use)
@@ -292,12 +302,13 @@ if triton is not None:
                      Lk, offset, clip, S, drop_p, seed,
                      sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
                      HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
-                     DROPOUT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,
+                     ROWS: tl.constexpr, DROPOUT: tl.constexpr, BM: tl.constexpr, BN: tl.constexpr, NB: tl.constexpr,
                      ACC: tl.constexpr, PREC: tl.constexpr):
         """(dropped P, dS) of a tile: the recomputed probabilities that reach the output (kept and scaled), and the
         gradient of the logits dS = P (dP - delta), dP = (dO v^T + place(dO w^V^T)) * keep / (1 - p_drop)."""
         s = _logits(q, k, QA, Bias, Mask, row_ok, col_ok, rm, rn, kind, b, h, offset, clip, S,
-                    sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, HAS_K, HAS_BIAS, HAS_MASK, BM, BN, NB, ACC, PREC)
+                    sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, HAS_K, HAS_BIAS, HAS_MASK, ROWS, BM, BN, NB, ACC,
+                    PREC)
         p = tl.exp2(s - lse[:, None])
         dp = tl.dot(do, tl.trans(v), input_precision=PREC).to(ACC)
         if HAS_V:
@@ -323,7 +334,7 @@ if triton is not None:
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
         sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
-        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
         DROPOUT: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
     ):
@@ -362,7 +373,7 @@ if triton is not None:
             pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
                                   b, h, pid_bh, Lk, offset, clip, S, drop_p, seed,
                                   sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
-                                  HAS_K, HAS_V, HAS_BIAS, HAS_MASK, DROPOUT, BM, BN, NB, ACC, PREC)
+                                  HAS_K, HAS_V, HAS_BIAS, HAS_MASK, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
             dv += tl.dot(tl.trans(pd.to(do.dtype)), do, input_precision=PREC).to(ACC)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC).to(ACC)
         out = rn[:, None] * D + rd[None, :]  # DK, DV: contiguous [B, H, Lk, D]
@@ -376,7 +387,7 @@ if triton is not None:
         st_h, st_r, st_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
         sd_b, sd_h, sd_m, sd_n,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
-        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
         DROPOUT: tl.constexpr, BIAS_GRAD: tl.constexpr, ROW_BC: tl.constexpr, COL_BC: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
         TDT: tl.constexpr, TPREC: tl.constexpr,
@@ -422,7 +433,7 @@ if triton is not None:
             pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
                                   b, h, pid_bh, Lk, offset, clip, S, drop_p, seed,
                                   sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
-                                  HAS_K, HAS_V, HAS_BIAS, HAS_MASK, DROPOUT, BM, BN, NB, ACC, PREC)
+                                  HAS_K, HAS_V, HAS_BIAS, HAS_MASK, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
             dq += tl.dot(ds.to(k.dtype), k, input_precision=PREC).to(ACC)
             if HAS_K:
                 low_t, high_t = _fold_tile(ds, ds, fds_rows, row_ok, col_ok, rm, rn, kind, offset, clip)
@@ -502,6 +513,11 @@ def _strides4(t: Tensor | None, shape: tuple[int, int, int, int]) -> tuple[int, 
     if t is None:
         return (0, 0, 0, 0)
     return tuple(t.expand(shape).stride())  # type: ignore[return-value]
+
+
+def _rows(bias: Tensor | None, mask: Tensor | None) -> int:
+    """The kernels' ROWS flags: bit 0 when the bias varies along the queries, bit 1 when the mask does."""
+    return int(bias is not None and bias.shape[2] > 1) + 2 * int(mask is not None and mask.shape[2] > 1)
 
 
 def _table_strides(table: Tensor | None) -> tuple[int, int, int]:
@@ -594,7 +610,7 @@ class TritonShawAttention(torch.autograd.Function):
             *_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full),
             heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0,
             HAS_K=rel_k is not None, HAS_V=rel_v is not None, HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
-            DROPOUT=dropout, **_table_dot(q.dtype),
+            ROWS=_rows(bias, mask), DROPOUT=dropout, **_table_dot(q.dtype),
             BM=blocks.m, BN=blocks.n, BD=bd, NB=nb, ACC=_tl_acc(q.dtype), PREC=_precision(q.dtype),
             num_warps=blocks.warps, num_stages=blocks.stages,
         )
@@ -635,7 +651,7 @@ class TritonShawAttention(torch.autograd.Function):
             grad_bias = torch.zeros(bias.shape, dtype=acc, device=q.device)
         common = dict(
             HAS_K=rel_k is not None, HAS_V=rel_v is not None, HAS_BIAS=bias is not None,
-            HAS_MASK=mask_u8 is not None, DROPOUT=dropout,
+            HAS_MASK=mask_u8 is not None, ROWS=_rows(bias, mask_u8), DROPOUT=dropout,
             BM=blocks.m, BN=blocks.n, BD=bd, NB=nb, ACC=_tl_acc(q.dtype), PREC=_precision(q.dtype),
             num_warps=blocks.warps, num_stages=blocks.stages,
         )
@@ -720,7 +736,8 @@ def compile_for(
 ) -> dict[str, dict]:
     """Compile the three attention kernels for CUDA compute capability ``arch`` (90: H100) without a GPU, as
     ``triton.compile`` does it at the first launch, and return per kernel the size of its cubin and, where the
-    bundled ``cuobjdump`` can read it, registers and spill bytes. ``flags`` set the constexpr options (HAS_K, HAS_V,
+    bundled ``cuobjdump`` can read it, registers per thread and stack (spill) bytes; ``shared`` is the dynamic shared
+    memory in bytes. ``flags`` set the constexpr options (HAS_K, HAS_V,
     HAS_BIAS, HAS_MASK, DROPOUT, BIAS_GRAD, ...; default: K+V, a mask, seeded dropout). Needs Triton without the
     interpreter (TRITON_INTERPRET unset)."""
     import re
@@ -733,7 +750,7 @@ def compile_for(
     if interpreting():
         raise RuntimeError("compile_for needs TRITON_INTERPRET unset (the interpreter does not compile)")
     blocks = blocks or Blocks()
-    constants = dict(HAS_K=True, HAS_V=True, HAS_BIAS=False, HAS_MASK=True, DROPOUT=1,
+    constants = dict(HAS_K=True, HAS_V=True, HAS_BIAS=False, HAS_MASK=True, ROWS=3, DROPOUT=1,
                      BIAS_GRAD=0, ROW_BC=False, COL_BC=False, BM=blocks.m, BN=blocks.n, BD=_next_pow2(dim),
                      NB=_next_pow2(2 * clip + 1), ACC=tl.float32, PREC=_precision(dtype), **_table_dot(dtype))
     constants.update(flags)
@@ -765,7 +782,7 @@ def compile_for(
         compiled = triton.compile(ASTSource(kernel, signature, constexprs, attrs), target=GPUTarget("cuda", arch, 32),
                                   options={"num_warps": blocks.warps, "num_stages": blocks.stages})
         cubin = compiled.asm["cubin"]
-        entry: dict = {"cubin_bytes": len(cubin)}
+        entry: dict = {"cubin_bytes": len(cubin), "shared": getattr(compiled.metadata, "shared", None)}
         if cuobjdump.is_file():
             import tempfile
 
@@ -774,7 +791,7 @@ def compile_for(
                 handle.flush()
                 usage = subprocess.run([str(cuobjdump), "--dump-resource-usage", handle.name], capture_output=True,
                                        text=True).stdout
-            for key, pattern in (("registers", r"REG:(\d+)"), ("stack", r"STACK:(\d+)"), ("shared", r"SHARED:(\d+)")):
+            for key, pattern in (("registers", r"REG:(\d+)"), ("stack", r"STACK:(\d+)")):
                 found = re.search(pattern, usage)
                 if found:
                     entry[key] = int(found.group(1))
