@@ -133,6 +133,16 @@ if triton is not None:
         return tl.rand(seed + pid_bh, rm[:, None] * Lk + cols) >= drop_p
 
     @triton.jit
+    def _program(L, H, BLOCK: tl.constexpr):
+        """(block, batch*heads index, batch, head) of this program on a 1-d grid of cdiv(L, BLOCK) * B * H programs:
+        the blocks of one (batch, head) are neighbours, so they share its keys and values in L2, and the grid has
+        no 65,535 limit on B * H. Batch and head are int64 (offsets like b * H * Lq * Lk exceed int32)."""
+        blocks = tl.cdiv(L, BLOCK)
+        pid = tl.program_id(0)
+        pid_bh = pid // blocks
+        return pid % blocks, pid_bh, (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
+
+    @triton.jit
     def _tile_kind(m0, n0, offset, clip, BM: tl.constexpr, BN: tl.constexpr):
         """0: every pair of the tile in bucket 0 (distances j - (i + offset) all <= -k, or k = 0); 1: all in bucket
         2k (distances >= k); 2: the tile crosses the band."""
@@ -220,22 +230,19 @@ if triton is not None:
     ):
         """Output and log-sum-exp of one query block; with the value table also fold(P) (into FOLD, which arrives
         filled with -inf and first collects the interior logits)."""
-        pid_m = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
+        pid_m, pid_bh, b, h = _program(Lq, H, BM)
         m0 = pid_m * BM
         rm = m0 + tl.arange(0, BM)
         rd = tl.arange(0, BD)
         rb = tl.arange(0, NB)
         row_ok = rm < Lq
         d_ok = rd < D
-        q = tl.load(Q + b.to(tl.int64) * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d,
+        q = tl.load(Q + b * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d,
                     mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         QA += pid_bh.to(tl.int64) * Lq * NB
         fold_rows = FOLD + pid_bh.to(tl.int64) * Lq * NB + rm * NB
-        K += b.to(tl.int64) * sk_b + h * sk_h
-        V += b.to(tl.int64) * sv_b + h * sv_h
+        K += b * sk_b + h * sk_h
+        V += b * sv_b + h * sv_h
 
         m_i = tl.full([BM], float("-inf"), ACC)
         l_i = tl.zeros([BM], ACC)
@@ -293,7 +300,7 @@ if triton is not None:
             out += tl.dot(fold.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
             tl.debug_barrier()  # every thread has read its logits before fold(P) overwrites them
             tl.store(fold_ptrs, fold, mask=row_ok[:, None])
-        tl.store(O + b.to(tl.int64) * so_b + h * so_h + rm[:, None] * so_m + rd[None, :] * so_d,
+        tl.store(O + b * so_b + h * so_h + rm[:, None] * so_m + rd[None, :] * so_d,
                  out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
         tl.store(LSE + pid_bh.to(tl.int64) * Lq + rm, m_i + tl.log2(l_i), mask=row_ok)
 
@@ -339,22 +346,19 @@ if triton is not None:
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
     ):
         """dK and dV of one key block: a loop over all query blocks."""
-        pid_n = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
+        pid_n, pid_bh, b, h = _program(Lk, H, BN)
         n0 = pid_n * BN
         rn = n0 + tl.arange(0, BN)
         rd = tl.arange(0, BD)
         col_ok = rn < Lk
         d_ok = rd < D
         kv_mask = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + b.to(tl.int64) * sk_b + h * sk_h + rn[:, None] * sk_n + rd[None, :] * sk_d, mask=kv_mask,
+        k = tl.load(K + b * sk_b + h * sk_h + rn[:, None] * sk_n + rd[None, :] * sk_d, mask=kv_mask,
                     other=0.0)
-        v = tl.load(V + b.to(tl.int64) * sv_b + h * sv_h + rn[:, None] * sv_n + rd[None, :] * sv_d, mask=kv_mask,
+        v = tl.load(V + b * sv_b + h * sv_h + rn[:, None] * sv_n + rd[None, :] * sv_d, mask=kv_mask,
                     other=0.0)
-        Q += b.to(tl.int64) * sq_b + h * sq_h
-        DO += b.to(tl.int64) * sg_b + h * sg_h
+        Q += b * sq_b + h * sq_h
+        DO += b * sg_b + h * sg_h
         QA += pid_bh.to(tl.int64) * Lq * NB
         G += pid_bh.to(tl.int64) * Lq * NB
         LSE += pid_bh.to(tl.int64) * Lq
@@ -397,10 +401,7 @@ if triton is not None:
 
         BIAS_GRAD: 0 none, 1 a plain store (bias of full shape), 2 atomic adds into a bias broadcast over some dims
         (ROW_BC: over queries, COL_BC: over keys; those are summed in the tile first)."""
-        pid_m = tl.program_id(0)
-        pid_bh = tl.program_id(1)
-        b = pid_bh // H
-        h = pid_bh % H
+        pid_m, pid_bh, b, h = _program(Lq, H, BM)
         m0 = pid_m * BM
         rm = m0 + tl.arange(0, BM)
         rd = tl.arange(0, BD)
@@ -408,18 +409,18 @@ if triton is not None:
         row_ok = rm < Lq
         d_ok = rd < D
         q_mask = row_ok[:, None] & d_ok[None, :]
-        q = tl.load(Q + b.to(tl.int64) * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask,
+        q = tl.load(Q + b * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask,
                     other=0.0)
-        do = tl.load(DO + b.to(tl.int64) * sg_b + h * sg_h + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask,
+        do = tl.load(DO + b * sg_b + h * sg_h + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask,
                      other=0.0)
         lse = tl.load(LSE + pid_bh.to(tl.int64) * Lq + rm, mask=row_ok, other=0.0)
         delta = tl.load(DELTA + pid_bh.to(tl.int64) * Lq + rm, mask=row_ok, other=0.0)
         QA += pid_bh.to(tl.int64) * Lq * NB
         G += pid_bh.to(tl.int64) * Lq * NB
         fds_rows = FDS + pid_bh.to(tl.int64) * Lq * NB + rm * NB
-        K += b.to(tl.int64) * sk_b + h * sk_h
-        V += b.to(tl.int64) * sv_b + h * sv_h
-        DBIAS += b.to(tl.int64) * sd_b + h * sd_h
+        K += b * sk_b + h * sk_h
+        V += b * sv_b + h * sv_h
+        DBIAS += b * sd_b + h * sd_h
         dq = tl.zeros([BM, BD], ACC)
         low = tl.zeros([BM], ACC)  # fold(dS) into bucket 0 and bucket 2k
         high = tl.zeros([BM], ACC)
@@ -468,9 +469,9 @@ if triton is not None:
     @triton.jit
     def _keep_mask_kernel(OUT, H, Lq, Lk, drop_p, seed, BM: tl.constexpr, BN: tl.constexpr):
         """The keep mask the attention kernels draw with this seed, written out (tests, debugging)."""
-        pid_bh = tl.program_id(2)
-        rm = tl.program_id(0) * BM + tl.arange(0, BM)
-        rn = tl.program_id(1) * BN + tl.arange(0, BN)
+        pid_bh = tl.program_id(0)
+        rm = tl.program_id(1) * BM + tl.arange(0, BM)
+        rn = tl.program_id(2) * BN + tl.arange(0, BN)
         kept = _keep(seed, pid_bh, rm, rn[None, :], Lk, drop_p)
         tl.store(OUT + pid_bh.to(tl.int64) * Lq * Lk + rm[:, None] * Lk + rn[None, :], kept.to(tl.int8),
                  mask=(rm[:, None] < Lq) & (rn[None, :] < Lk))
@@ -601,7 +602,7 @@ class TritonShawAttention(torch.autograd.Function):
         # fold(P), which first collects the interior logits (-inf where a bucket has no key)
         folded = None if rel_v is None else torch.full((batch, heads, q_len, nb), -math.inf, dtype=acc, device=q.device)
         dummy = lse
-        grid = (triton.cdiv(q_len, blocks.m), batch * heads)
+        grid = (triton.cdiv(q_len, blocks.m) * batch * heads,)
         _shaw_fwd[grid](
             q, k, v, dummy if qa is None else qa, dummy if rel_v is None else rel_v,
             dummy if bias is None else bias, dummy if mask_u8 is None else mask_u8,
@@ -660,11 +661,11 @@ class TritonShawAttention(torch.autograd.Function):
         bias_, mask_, keep_ = (dummy if t is None else t for t in (bias, mask_u8, keep_u8))
         extras = (*_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full))
         scalars = (heads, q_len, k_len, dim, offset, clip, ctx.scalars, float(dropout_p), seed or 0)
-        _shaw_bwd_dkdv[(triton.cdiv(k_len, blocks.n), batch * heads)](
+        _shaw_bwd_dkdv[(triton.cdiv(k_len, blocks.n) * batch * heads,)](
             q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, grad_k, grad_v,
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *extras, *scalars, **common,
         )
-        _shaw_bwd_dq[(triton.cdiv(q_len, blocks.m), batch * heads)](
+        _shaw_bwd_dq[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
             q, k, v, grad_out, qa_, g_, lse, delta, dummy if rel_k is None else rel_k, bias_, mask_, keep_, grad_q,
             dummy if fds is None else fds, dummy if grad_bias is None else grad_bias,
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *extras,
@@ -705,6 +706,8 @@ def triton_relative_attention(
     reason = unavailable_reason(q)
     if reason is not None:
         raise ValueError(reason)
+    if q.shape[2] == 0 or k.shape[2] == 0:  # no queries, or nothing to attend to
+        return q.new_zeros(q.shape).requires_grad_(q.requires_grad)
     if dropout_p > 0 and keep is None and seed is None:
         seed = draw_seed()
     return TritonShawAttention.apply(
@@ -718,7 +721,7 @@ def dropout_keep_mask(seed: int, shape: tuple[int, int, int, int], p: float, dev
         raise ValueError(unavailable_reason(torch.empty(0)))
     batch, heads, q_len, k_len = shape
     out = torch.empty(shape, dtype=torch.int8, device=device)
-    grid = (triton.cdiv(q_len, 32), triton.cdiv(k_len, 32), batch * heads)
+    grid = (batch * heads, triton.cdiv(q_len, 32), triton.cdiv(k_len, 32))
     _keep_mask_kernel[grid](out, heads, q_len, k_len, float(p), seed, BM=32, BN=32)
     return out.bool()
 
