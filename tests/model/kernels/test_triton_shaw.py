@@ -19,7 +19,7 @@ import pytest
 import torch
 
 if not torch.cuda.is_available():
-    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported: kernels run on the CPU
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported (conftest.py does it first)
 pytest.importorskip("triton", reason="triton is not installed (pip install 'rpr-mt[triton]')")
 
 from rpr_mt.model.kernels import relative_attention, triton_shaw  # noqa: E402
