@@ -8,18 +8,22 @@ The bucket geometry of ``geometry.py``, tile by tile. A tile of queries m0.. and
 j - (i + offset) are all <= -k reads one bucket (0) per row, one whose distances are all >= k another (2k); only the
 tiles that cross the band of width 2k + 1 around the diagonal need the per-element bucket r_ij.
 
-* Key term: the products A = q w^K^T [.., Lq, 2k+1] are one small matmul before the kernel (kept for the backward
-  pass). In a tile, the term is A[i, 0] or A[i, 2k] broadcast along the row, or A[i, r_ij] read through a gathered
-  load of the row (band tiles).
-* Value term: sum_j P_ij w^V[r_ij] = fold(P)_i w^V, with fold(P)[i, r] = sum_{j: r_ij = r} P_ij accumulated next to
-  P v in the online softmax (rescaled by the same factor): a row sum into bucket 0 or 2k for the one-bucket tiles,
-  and in band tiles a masked row sum for each end bucket plus, for the interior buckets t = 1 .. 2k-1, the one
-  element j = i + offset - k + t of the row (``tl.gather``). The kernel ends with fold(P) w^V (one [BM, 2k+1] x
-  [2k+1, d] product) and keeps fold(P) [.., Lq, 2k+1] for the table's gradient.
-* Backward (FlashAttention-2's two kernels, probabilities recomputed from the saved log-sum-exp): dP = dO v^T +
-  place(dO w^V^T), dS = P (dP - delta) with delta_i = dO_i . O_i; one kernel per key block for dK and dV, one per
-  query block for dQ, fold(dS) (for dQ's term fold(dS) w^K and w^K's gradient) and the bias gradient. The table
-  gradients are fold(P)^T dO and fold(dS)^T q, two small matmuls after the kernels.
+* Key term: each forward program first computes A = q w^K^T [BM, 2k+1] for its rows (one small tl.dot) and
+  writes it to a [.., Lq, 2k+1] buffer that the backward pass reuses. In a tile the term is A[i, 0] or A[i, 2k]
+  broadcast along the row, or, in band tiles, A[i, r_ij] through a gathered load of the row (L1-resident).
+* Value term: sum_j P_ij w^V[r_ij] = fold(P)_i w^V, fold(P)[i, r] = sum_{j: r_ij = r} P_ij. The two end buckets
+  are row sums accumulated next to P v in the online softmax (rescaled by the same factor): the whole row of a
+  one-bucket tile, a masked row sum in a band tile. An interior bucket t = 1 .. 2k-1 of row i holds the single key
+  j = i + offset - k + t, so the band tile stores that pair's logit once into the fold buffer, and after the loop
+  (a barrier) the program reads its rows back and turns them into probabilities with the final max and sum. No
+  register gather: tl.gather's warp-shuffle lowering of that fold spilled registers on sm_90. The program ends
+  with fold(P) w^V (one [BM, 2k+1] x [2k+1, d] tl.dot) and keeps fold(P) for the table's gradient.
+* Backward (FlashAttention-2, probabilities recomputed from the saved log-sum-exp): a preprocess kernel computes
+  delta_i = dO_i . O_i and G = dO w^V^T; dP = dO v^T + place(G), dS = P (dP - delta); one kernel per key block
+  for dK and dV, one per query block for dQ (with fold(dS) w^K, fold(dS) built like fold(P)), the bias gradient,
+  and each block's share of the table gradients, fold(dS)^T q / sqrt(d) and fold(P)^T dO, added atomically into
+  [H, 2k+1, d] (one [2k+1, d] for shared tables). Nothing runs in torch but allocations. (Floating-point atomic
+  adds, here and for a broadcast bias's gradient, make those gradients not bitwise reproducible on a GPU.)
 
 Extra memory is O(B H Lq (2k+1)): the bucket products and folds, the log-sum-exp and delta. Nothing of size Lq x Lk
 is stored, except the bias's own gradient when a bias of that size needs one.
@@ -38,7 +42,7 @@ Triton is imported), which is how the tests check them against the float64 refer
 
 from __future__ import annotations
 
-import math
+import functools
 import os
 from typing import NamedTuple
 
@@ -143,6 +147,15 @@ if triton is not None:
         return pid % blocks, pid_bh, (pid_bh // H).to(tl.int64), (pid_bh % H).to(tl.int64)
 
     @triton.jit
+    def _live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD: tl.constexpr):
+        """[BM] True for the rows that have an allowed key; dead rows output zeros and pass no gradient."""
+        if HAS_DEAD:
+            live = tl.load(Dead + b * sx_b + h * sx_h + rm * sx_m, mask=row_ok, other=0) == 0
+        else:
+            live = rm >= 0
+        return live
+
+    @triton.jit
     def _tile_kind(m0, n0, offset, clip, BM: tl.constexpr, BN: tl.constexpr):
         """0: every pair of the tile in bucket 0 (distances j - (i + offset) all <= -k, or k = 0); 1: all in bucket
         2k (distances >= k); 2: the tile crosses the band."""
@@ -219,17 +232,19 @@ if triton is not None:
 
     @triton.jit
     def _shaw_fwd(
-        Q, K, V, QA, AV, Bias, Mask, Keep, O, LSE, FOLD,
+        Q, K, V, AK, AV, Bias, Mask, Keep, Dead, O, LSE, QA, FOLD,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, so_b, so_h, so_m, so_d,
-        st_h, st_r, st_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
+        sa_h, sa_r, sa_d, st_h, st_r, st_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
+        sx_b, sx_h, sx_m,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
-        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
-        DROPOUT: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_DEAD: tl.constexpr, ROWS: tl.constexpr, DROPOUT: tl.constexpr, STORE_FOLD: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
         TDT: tl.constexpr, TPREC: tl.constexpr,
     ):
-        """Output and log-sum-exp of one query block; with the value table also fold(P) (into FOLD, which arrives
-        filled with -inf and first collects the interior logits)."""
+        """Output and log-sum-exp of one query block. With the key table it first writes q w^K^T of its rows into
+        QA (read back by the band tiles, and kept for the backward pass); with the value table, FOLD collects the
+        interior logits (-inf where a bucket has no key) and then holds fold(P) for the table's gradient."""
         pid_m, pid_bh, b, h = _program(Lq, H, BM)
         m0 = pid_m * BM
         rm = m0 + tl.arange(0, BM)
@@ -237,12 +252,22 @@ if triton is not None:
         rb = tl.arange(0, NB)
         row_ok = rm < Lq
         d_ok = rd < D
+        buckets = rb[:, None] <= 2 * clip
         q = tl.load(Q + b * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d,
                     mask=row_ok[:, None] & d_ok[None, :], other=0.0)
         QA += pid_bh.to(tl.int64) * Lq * NB
         fold_rows = FOLD + pid_bh.to(tl.int64) * Lq * NB + rm * NB
         K += b * sk_b + h * sk_h
         V += b * sv_b + h * sv_h
+        if HAS_K:  # A = q w^K^T for this block's rows, fp32 products of the input type
+            table = tl.load(AK + h * sa_h + rb[:, None] * sa_r + rd[None, :] * sa_d, mask=buckets & d_ok[None, :],
+                            other=0.0)
+            qa = tl.dot(q, tl.trans(table.to(q.dtype)), input_precision=PREC).to(ACC)
+            tl.store(QA + rm[:, None] * NB + rb[None, :], qa, mask=row_ok[:, None])
+        if HAS_V:
+            tl.store(fold_rows[:, None] + rb[None, :], tl.full([BM, NB], float("-inf"), ACC), mask=row_ok[:, None])
+        if HAS_K or HAS_V:
+            tl.debug_barrier()  # the band tiles read rows of QA written by other threads; FOLD is filled first
 
         m_i = tl.full([BM], float("-inf"), ACC)
         l_i = tl.zeros([BM], ACC)
@@ -295,14 +320,44 @@ if triton is not None:
                 inner = tl.where(kept != 0, inner, 0.0)
             fold = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], inner))
             fold = fold * inv[:, None]
-            table = tl.load(AV + h * st_h + rb[:, None] * st_r + rd[None, :] * st_d,
-                            mask=(rb[:, None] <= 2 * clip) & d_ok[None, :], other=0.0)
+            table = tl.load(AV + h * st_h + rb[:, None] * st_r + rd[None, :] * st_d, mask=buckets & d_ok[None, :],
+                            other=0.0)
             out += tl.dot(fold.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
-            tl.debug_barrier()  # every thread has read its logits before fold(P) overwrites them
-            tl.store(fold_ptrs, fold, mask=row_ok[:, None])
+            if STORE_FOLD:
+                tl.debug_barrier()  # every thread has read its logits before fold(P) overwrites them
+                tl.store(fold_ptrs, fold, mask=row_ok[:, None])
+        live = _live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)
+        out = tl.where(live[:, None], out, 0.0)
         tl.store(O + b * so_b + h * so_h + rm[:, None] * so_m + rd[None, :] * so_d,
                  out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
         tl.store(LSE + pid_bh.to(tl.int64) * Lq + rm, m_i + tl.log2(l_i), mask=row_ok)
+
+    @triton.jit
+    def _shaw_bwd_pre(
+        O, DO, AV, Dead, DELTA, G,
+        so_b, so_h, so_m, so_d, sg_b, sg_h, sg_m, sg_d, st_h, st_r, st_d, sx_b, sx_h, sx_m,
+        H, Lq, D, clip,
+        HAS_V: tl.constexpr, HAS_DEAD: tl.constexpr,
+        BM: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
+    ):
+        """delta_i = dO_i . O_i (FlashAttention's sum_j P_ij dP_ij, value term and dropout included) and, with the
+        value table, G = dO w^V^T [.., Lq, NB] (the value term's part of dP); dead rows get no gradient."""
+        pid_m, pid_bh, b, h = _program(Lq, H, BM)
+        rm = pid_m * BM + tl.arange(0, BM)
+        rd = tl.arange(0, BD)
+        rb = tl.arange(0, NB)
+        row_ok = rm < Lq
+        d_ok = rd < D
+        both = row_ok[:, None] & d_ok[None, :]
+        o = tl.load(O + b * so_b + h * so_h + rm[:, None] * so_m + rd[None, :] * so_d, mask=both, other=0.0)
+        do = tl.load(DO + b * sg_b + h * sg_h + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=both, other=0.0)
+        do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
+        tl.store(DELTA + pid_bh.to(tl.int64) * Lq + rm, tl.sum(o.to(ACC) * do.to(ACC), 1), mask=row_ok)
+        if HAS_V:
+            table = tl.load(AV + h * st_h + rb[:, None] * st_r + rd[None, :] * st_d,
+                            mask=(rb[:, None] <= 2 * clip) & d_ok[None, :], other=0.0)
+            g = tl.dot(do, tl.trans(table.to(do.dtype)), input_precision=PREC).to(ACC)
+            tl.store(G + pid_bh.to(tl.int64) * Lq * NB + rm[:, None] * NB + rb[None, :], g, mask=row_ok[:, None])
 
     @triton.jit
     def _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind, b, h, pid_bh,
@@ -337,12 +392,12 @@ if triton is not None:
 
     @triton.jit
     def _shaw_bwd_dkdv(
-        Q, K, V, DO, QA, G, LSE, DELTA, Bias, Mask, Keep, DK, DV,
+        Q, K, V, DO, QA, G, LSE, DELTA, Bias, Mask, Keep, Dead, DK, DV,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
-        sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
+        sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
-        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
-        DROPOUT: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_DEAD: tl.constexpr, ROWS: tl.constexpr, DROPOUT: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
     ):
         """dK and dV of one key block: a loop over all query blocks."""
@@ -353,10 +408,8 @@ if triton is not None:
         col_ok = rn < Lk
         d_ok = rd < D
         kv_mask = col_ok[:, None] & d_ok[None, :]
-        k = tl.load(K + b * sk_b + h * sk_h + rn[:, None] * sk_n + rd[None, :] * sk_d, mask=kv_mask,
-                    other=0.0)
-        v = tl.load(V + b * sv_b + h * sv_h + rn[:, None] * sv_n + rd[None, :] * sv_d, mask=kv_mask,
-                    other=0.0)
+        k = tl.load(K + b * sk_b + h * sk_h + rn[:, None] * sk_n + rd[None, :] * sk_d, mask=kv_mask, other=0.0)
+        v = tl.load(V + b * sv_b + h * sv_h + rn[:, None] * sv_n + rd[None, :] * sv_d, mask=kv_mask, other=0.0)
         Q += b * sq_b + h * sq_h
         DO += b * sg_b + h * sg_h
         QA += pid_bh.to(tl.int64) * Lq * NB
@@ -372,6 +425,7 @@ if triton is not None:
             q_mask = row_ok[:, None] & d_ok[None, :]
             q = tl.load(Q + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
             do = tl.load(DO + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
+            do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
             lse = tl.load(LSE + rm, mask=row_ok, other=0.0)
             delta = tl.load(DELTA + rm, mask=row_ok, other=0.0)
             pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
@@ -386,21 +440,24 @@ if triton is not None:
 
     @triton.jit
     def _shaw_bwd_dq(
-        Q, K, V, DO, QA, G, LSE, DELTA, AK, Bias, Mask, Keep, DQ, FDS, DBIAS,
+        Q, K, V, DO, QA, G, LSE, DELTA, AK, FOLD, Bias, Mask, Keep, Dead, DQ, FDS, DBIAS, DAK, DAV,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
-        st_h, st_r, st_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
-        sd_b, sd_h, sd_m, sd_n,
+        sa_h, sa_r, sa_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
+        sd_b, sd_h, sd_m, sd_n, sw_h,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
-        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
-        DROPOUT: tl.constexpr, BIAS_GRAD: tl.constexpr, ROW_BC: tl.constexpr, COL_BC: tl.constexpr,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_DEAD: tl.constexpr, ROWS: tl.constexpr, DROPOUT: tl.constexpr,
+        BIAS_GRAD: tl.constexpr, ROW_BC: tl.constexpr, COL_BC: tl.constexpr, GRAD_K: tl.constexpr, GRAD_V: tl.constexpr,
         BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
         TDT: tl.constexpr, TPREC: tl.constexpr,
     ):
-        """dQ of one query block (a loop over all key blocks), fold(dS) into FDS (which arrives zeroed) and the bias
-        gradient.
+        """dQ of one query block (a loop over all key blocks), its share of both tables' gradients, and the bias
+        gradient. fold(dS) goes through FDS like fold(P) through FOLD in the forward pass.
 
-        BIAS_GRAD: 0 none, 1 a plain store (bias of full shape), 2 atomic adds into a bias broadcast over some dims
-        (ROW_BC: over queries, COL_BC: over keys; those are summed in the tile first)."""
+        Table gradients: fold(dS)^T q * scale and fold(P)^T dO of the block, atomically added into DAK, DAV
+        ([H or 1, NB, BD], head stride sw_h: 0 for a shared table). BIAS_GRAD: 0 none, 1 a plain store (bias of
+        full shape), 2 atomic adds into a bias broadcast over some dims (ROW_BC: over queries, COL_BC: over keys;
+        those are summed in the tile first)."""
         pid_m, pid_bh, b, h = _program(Lq, H, BM)
         m0 = pid_m * BM
         rm = m0 + tl.arange(0, BM)
@@ -409,10 +466,10 @@ if triton is not None:
         row_ok = rm < Lq
         d_ok = rd < D
         q_mask = row_ok[:, None] & d_ok[None, :]
-        q = tl.load(Q + b * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask,
-                    other=0.0)
-        do = tl.load(DO + b * sg_b + h * sg_h + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask,
-                     other=0.0)
+        table_mask = (rb[:, None] <= 2 * clip) & d_ok[None, :]
+        q = tl.load(Q + b * sq_b + h * sq_h + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
+        do = tl.load(DO + b * sg_b + h * sg_h + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
+        do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
         lse = tl.load(LSE + pid_bh.to(tl.int64) * Lq + rm, mask=row_ok, other=0.0)
         delta = tl.load(DELTA + pid_bh.to(tl.int64) * Lq + rm, mask=row_ok, other=0.0)
         QA += pid_bh.to(tl.int64) * Lq * NB
@@ -421,6 +478,9 @@ if triton is not None:
         K += b * sk_b + h * sk_h
         V += b * sv_b + h * sv_h
         DBIAS += b * sd_b + h * sd_h
+        if HAS_K:
+            tl.store(fds_rows[:, None] + rb[None, :], tl.zeros([BM, NB], ACC), mask=row_ok[:, None])
+            tl.debug_barrier()  # zeros first: the loop's interior stores come from other threads
         dq = tl.zeros([BM, BD], ACC)
         low = tl.zeros([BM], ACC)  # fold(dS) into bucket 0 and bucket 2k
         high = tl.zeros([BM], ACC)
@@ -453,18 +513,24 @@ if triton is not None:
                 else:
                     tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
                                   mask=row_ok[:, None] & col_ok[None, :])
+        scale = tl.load(S + 2)
+        grads = h * sw_h + rb[:, None] * BD + rd[None, :]  # [NB, BD] offsets into DAK, DAV
         if HAS_K:
             tl.debug_barrier()  # the interior of fold(dS) was stored by other threads of this program
-            fds_ptrs = fds_rows[:, None] + rb[None, :]
-            fds = tl.load(fds_ptrs, mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
+            fds = tl.load(fds_rows[:, None] + rb[None, :], mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
             fds = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], fds))
-            table = tl.load(AK + h * st_h + rb[:, None] * st_r + rd[None, :] * st_d,
-                            mask=(rb[:, None] <= 2 * clip) & d_ok[None, :], other=0.0)
+            table = tl.load(AK + h * sa_h + rb[:, None] * sa_r + rd[None, :] * sa_d, mask=table_mask, other=0.0)
             dq += tl.dot(fds.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
-            tl.debug_barrier()
-            tl.store(fds_ptrs, fds, mask=row_ok[:, None])
+            if GRAD_K:
+                part = tl.dot(tl.trans(fds.to(TDT)), q.to(TDT), input_precision=TPREC).to(ACC)
+                tl.atomic_add(DAK + grads, part * scale, mask=table_mask)
+        if HAS_V and GRAD_V:
+            fold = tl.load(FOLD + pid_bh.to(tl.int64) * Lq * NB + rm[:, None] * NB + rb[None, :],
+                           mask=row_ok[:, None], other=0.0)
+            part = tl.dot(tl.trans(fold.to(TDT)), do.to(TDT), input_precision=TPREC).to(ACC)
+            tl.atomic_add(DAV + grads, part, mask=table_mask)
         tl.store(DQ + pid_bh.to(tl.int64) * Lq * D + rm[:, None] * D + rd[None, :],
-                 (dq * tl.load(S + 2)).to(DQ.dtype.element_ty), mask=q_mask)
+                 (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
 
     @triton.jit
     def _keep_mask_kernel(OUT, H, Lq, Lk, drop_p, seed, BM: tl.constexpr, BN: tl.constexpr):
@@ -480,6 +546,7 @@ if triton is not None:
 # ----------------------------------------------------------------------------------------------------------------------
 # Host side
 # ----------------------------------------------------------------------------------------------------------------------
+
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
     """Accumulators, softmax statistics and bucket tensors: float32, or float64 for float64 inputs (interpreter)."""
@@ -502,8 +569,9 @@ def _precision(dtype: torch.dtype | str) -> str:
 
 
 def _table_dot(dtype: torch.dtype | str) -> dict:
-    """How the kernels multiply fold(P) or fold(dS) [BM, 2k+1] by a table: in the 16-bit input type on tensor cores
-    (as P v is), in float32 with the precision of ``_precision``, in float64 in the interpreter."""
+    """How the kernels multiply a fold [BM, 2k+1] by a table (and transposed folds by q, dO): in the 16-bit input
+    type on tensor cores (as P v is), in float32 with the precision of ``_precision``, in float64 in the
+    interpreter."""
     name = _DTYPE_NAMES.get(dtype, dtype)
     types = {"bf16": tl.bfloat16, "fp16": tl.float16, "fp32": tl.float32, "fp64": tl.float64}
     return dict(TDT=types[name], TPREC=_precision(name))
@@ -543,23 +611,26 @@ def _scalars(dim: int, dropout_p: float, acc: torch.dtype, device: torch.device)
 _SCALARS: dict[tuple, Tensor] = {}
 
 
-def _buckets(x: Tensor, table: Tensor, nb: int, acc: torch.dtype) -> Tensor:
-    """x w^T: [B, H, L, d] x ([R, d] or [H, R, d]) -> contiguous [B, H, L, nb] in ``acc`` (zero-padded past R)."""
-    products = torch.matmul(x.to(acc), table.to(acc).transpose(-1, -2))
-    return torch.nn.functional.pad(products, (0, nb - products.shape[-1])).contiguous()
+def _table_grad_buffer(table: Tensor | None, needed: bool, nb: int, bd: int, acc: torch.dtype) -> Tensor | None:
+    """Zeroed [H or 1, nb, bd] accumulator of a table's gradient (the kernels add into it atomically)."""
+    if table is None or not needed:
+        return None
+    heads = 1 if table.dim() == 2 else table.shape[0]
+    return torch.zeros(heads, nb, bd, dtype=acc, device=table.device)
 
 
-def _table_grad(folded: Tensor, x: Tensor, table: Tensor) -> Tensor:
-    """sum over batch and queries of folded[.., r] x[..]: [H, R, d], summed over heads for a shared table."""
-    rows = table.shape[-2]
-    grad = torch.einsum("bhir,bhid->hrd", folded[..., :rows], x.to(folded.dtype))
-    return (grad.sum(0) if table.dim() == 2 else grad).to(table.dtype)
+def _table_grad(buffer: Tensor | None, table: Tensor | None) -> Tensor | None:
+    if buffer is None or table is None:
+        return None
+    grad = buffer[:, : table.shape[-2], : table.shape[-1]]
+    return (grad[0] if table.dim() == 2 else grad).to(table.dtype)
 
 
 class TritonShawAttention(torch.autograd.Function):
     """The fused kernels as an autograd Function. Inputs as for ``fused.FusedRelativeAttention`` (validated, cast
     and dead-row-revived by ``dispatch.relative_attention``), with dropout given as a seed or an explicit keep
-    mask."""
+    mask. Nothing runs in torch but allocations: the table products, the folds, delta and the table gradients are
+    all inside the kernels."""
 
     @staticmethod
     def forward(  # type: ignore[override]
@@ -571,7 +642,7 @@ class TritonShawAttention(torch.autograd.Function):
         rel_v: Tensor | None,
         bias: Tensor | None,  # float, 4-d, broadcastable to [B, H, Lq, Lk]
         mask: Tensor | None,  # bool, 4-d, broadcastable to [B, H, Lq, Lk], no fully masked row
-        dead: Tensor | None,  # bool, broadcastable to [B, H, Lq, 1]: rows to zero
+        dead: Tensor | None,  # bool, 4-d, broadcastable to [B, H, Lq, 1]: rows to zero
         keep: Tensor | None,  # bool, broadcastable to [B, H, Lq, Lk]: an explicit dropout keep mask, or None
         clip: int,
         offset: int,
@@ -588,99 +659,98 @@ class TritonShawAttention(torch.autograd.Function):
         acc = _acc_dtype(q.dtype)
         blocks = blocks or (_INTERPRETER_BLOCKS if interpreting() else Blocks())
         nb = _next_pow2(2 * clip + 1)
-        bd = _next_pow2(dim)
         full = (batch, heads, q_len, k_len)
         mask_u8 = None if mask is None else mask.view(torch.uint8)
+        dead_u8 = None if dead is None else dead.view(torch.uint8)
         keep_u8 = None if keep is None or dropout_p == 0 else keep.view(torch.uint8)
         dropout = 0 if dropout_p == 0 else (2 if keep_u8 is not None else 1)
         scalars = _scalars(dim, dropout_p, acc, q.device)
 
-        qa = None if rel_k is None else _buckets(q, rel_k, nb, acc)  # [B, H, Lq, nb]
+        empty = functools.partial(torch.empty, dtype=acc, device=q.device)
+        qa = None if rel_k is None else empty(batch, heads, q_len, nb)  # q w^K^T, written by the kernel
+        folded = None if rel_v is None else empty(batch, heads, q_len, nb)  # fold(P), written by the kernel
         # the output laid out as [B, Lq, H, d]: MultiHeadAttention's merge of the heads is then a free view
         out = torch.empty(batch, q_len, heads, dim, dtype=q.dtype, device=q.device).transpose(1, 2)
-        lse = torch.empty(batch, heads, q_len, dtype=acc, device=q.device)
-        # fold(P), which first collects the interior logits (-inf where a bucket has no key)
-        folded = None if rel_v is None else torch.full((batch, heads, q_len, nb), -math.inf, dtype=acc, device=q.device)
+        lse = empty(batch, heads, q_len)
         dummy = lse
-        grid = (triton.cdiv(q_len, blocks.m) * batch * heads,)
-        _shaw_fwd[grid](
-            q, k, v, dummy if qa is None else qa, dummy if rel_v is None else rel_v,
-            dummy if bias is None else bias, dummy if mask_u8 is None else mask_u8,
-            dummy if keep_u8 is None else keep_u8, out, lse, dummy if folded is None else folded,
-            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_table_strides(rel_v),
+        _shaw_fwd[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
+            q, k, v, *(dummy if t is None else t for t in (rel_k, rel_v, bias, mask_u8, keep_u8, dead_u8)), out, lse,
+            dummy if qa is None else qa, dummy if folded is None else folded,
+            *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_table_strides(rel_k), *_table_strides(rel_v),
             *_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full),
+            *_strides4(dead_u8, (batch, heads, q_len, 1))[:3],
             heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0,
             HAS_K=rel_k is not None, HAS_V=rel_v is not None, HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
-            ROWS=_rows(bias, mask), DROPOUT=dropout, **_table_dot(q.dtype),
-            BM=blocks.m, BN=blocks.n, BD=bd, NB=nb, ACC=_tl_acc(q.dtype), PREC=_precision(q.dtype),
-            num_warps=blocks.warps, num_stages=blocks.stages,
+            HAS_DEAD=dead is not None, ROWS=_rows(bias, mask), DROPOUT=dropout, STORE_FOLD=ctx.needs_input_grad[4],
+            BM=blocks.m, BN=blocks.n, BD=_next_pow2(dim), NB=nb, ACC=_tl_acc(q.dtype), PREC=_precision(q.dtype),
+            **_table_dot(q.dtype), num_warps=blocks.warps, num_stages=blocks.stages,
         )
-        if dead is not None:
-            out.masked_fill_(dead, 0)
-        ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, mask_u8, dead, keep_u8, out, lse, qa, folded)
-        ctx.config = (clip, offset, dropout_p, seed, blocks, dropout)
-        ctx.scalars = scalars
+        ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, mask_u8, dead_u8, keep_u8, out, lse, qa, folded)
+        ctx.config = (clip, offset, dropout_p, seed, blocks, dropout, scalars)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        q, k, v, rel_k, rel_v, bias, mask_u8, dead, keep_u8, out, lse, qa, folded = ctx.saved_tensors
-        clip, offset, dropout_p, seed, blocks, dropout = ctx.config
+        q, k, v, rel_k, rel_v, bias, mask_u8, dead_u8, keep_u8, out, lse, qa, folded = ctx.saved_tensors
+        clip, offset, dropout_p, seed, blocks, dropout, scalars = ctx.config
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
         acc = _acc_dtype(q.dtype)
-        nb = _next_pow2(2 * clip + 1)
-        bd = _next_pow2(dim)
+        nb, bd = _next_pow2(2 * clip + 1), _next_pow2(dim)
         full = (batch, heads, q_len, k_len)
-        scale = dim**-0.5
         grad_out = grad_out.to(q.dtype)
-        if dead is not None:
-            grad_out = grad_out.masked_fill(dead, 0)
-        # FlashAttention's identity: sum_j P_ij dP_ij = dO_i . O_i (value term and dropout included)
-        delta = (grad_out.to(acc) * out.to(acc)).sum(-1).contiguous()  # [B, H, Lq]
-        g = None if rel_v is None else _buckets(grad_out, rel_v, nb, acc)  # dO w^V^T, [B, H, Lq, nb]
+        empty = functools.partial(torch.empty, dtype=acc, device=q.device)
+        delta = empty(batch, heads, q_len)
+        g = None if rel_v is None else empty(batch, heads, q_len, nb)  # dO w^V^T
+        fds = None if rel_k is None else empty(batch, heads, q_len, nb)  # fold(dS), scratch of the dQ kernel
         grad_q = torch.empty(batch, heads, q_len, dim, dtype=q.dtype, device=q.device)
         grad_k = torch.empty(batch, heads, k_len, dim, dtype=k.dtype, device=q.device)
         grad_v = torch.empty_like(grad_k)
-        fds = None if rel_k is None else torch.zeros(batch, heads, q_len, nb, dtype=acc, device=q.device)
+        grad_rel_k = _table_grad_buffer(rel_k, ctx.needs_input_grad[3], nb, bd, acc)
+        grad_rel_v = _table_grad_buffer(rel_v, ctx.needs_input_grad[4], nb, bd, acc)
         bias_grad, row_bc, col_bc, grad_bias = 0, False, False, None
         if bias is not None and ctx.needs_input_grad[5]:
             broadcast = [bias.shape[i] == 1 and full[i] > 1 for i in range(4)]
             row_bc, col_bc = broadcast[2], broadcast[3]
             bias_grad = 2 if any(broadcast) else 1
             grad_bias = torch.zeros(bias.shape, dtype=acc, device=q.device)
-        common = dict(
-            HAS_K=rel_k is not None, HAS_V=rel_v is not None, HAS_BIAS=bias is not None,
-            HAS_MASK=mask_u8 is not None, ROWS=_rows(bias, mask_u8), DROPOUT=dropout,
-            BM=blocks.m, BN=blocks.n, BD=bd, NB=nb, ACC=_tl_acc(q.dtype), PREC=_precision(q.dtype),
-            num_warps=blocks.warps, num_stages=blocks.stages,
-        )
         dummy = lse
-        qa_, g_ = dummy if qa is None else qa, dummy if g is None else g
-        bias_, mask_, keep_ = (dummy if t is None else t for t in (bias, mask_u8, keep_u8))
-        extras = (*_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full))
-        scalars = (heads, q_len, k_len, dim, offset, clip, ctx.scalars, float(dropout_p), seed or 0)
+        qa_, g_, bias_, mask_, keep_, dead_ = (dummy if t is None else t for t in (qa, g, bias, mask_u8, keep_u8,
+                                                                                    dead_u8))
+        dead_strides = _strides4(dead_u8, (batch, heads, q_len, 1))[:3]
+        common = dict(
+            HAS_V=rel_v is not None, HAS_DEAD=dead_u8 is not None, BM=blocks.m, BD=bd, NB=nb, ACC=_tl_acc(q.dtype),
+            PREC=_precision(q.dtype), num_warps=blocks.warps, num_stages=blocks.stages,
+        )
+        _shaw_bwd_pre[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
+            out, grad_out, dummy if rel_v is None else rel_v, dead_, delta, g_,
+            *out.stride(), *grad_out.stride(), *_table_strides(rel_v), *dead_strides, heads, q_len, dim, clip,
+            **common,
+        )
+        common.update(HAS_K=rel_k is not None, HAS_BIAS=bias is not None, HAS_MASK=mask_u8 is not None,
+                      ROWS=_rows(bias, mask_u8), DROPOUT=dropout, BN=blocks.n)
+        masks = (*_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full), *dead_strides)
+        scalars_ = (heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0)
         _shaw_bwd_dkdv[(triton.cdiv(k_len, blocks.n) * batch * heads,)](
-            q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, grad_k, grad_v,
-            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *extras, *scalars, **common,
+            q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, dead_, grad_k, grad_v,
+            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *masks, *scalars_, **common,
         )
+        table_grads = grad_rel_k if grad_rel_k is not None else grad_rel_v
         _shaw_bwd_dq[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
-            q, k, v, grad_out, qa_, g_, lse, delta, dummy if rel_k is None else rel_k, bias_, mask_, keep_, grad_q,
-            dummy if fds is None else fds, dummy if grad_bias is None else grad_bias,
-            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *extras,
-            *_strides4(grad_bias, full), *scalars,
-            BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, **_table_dot(q.dtype), **common,
+            q, k, v, grad_out, qa_, g_, lse, delta, dummy if rel_k is None else rel_k,
+            dummy if folded is None else folded, bias_, mask_, keep_, dead_, grad_q, dummy if fds is None else fds,
+            dummy if grad_bias is None else grad_bias, *(dummy if t is None else t for t in (grad_rel_k, grad_rel_v)),
+            *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *masks,
+            *_strides4(grad_bias, full), 0 if table_grads is None or table_grads.shape[0] == 1 else nb * bd,
+            *scalars_,
+            BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
+            GRAD_V=grad_rel_v is not None, **_table_dot(q.dtype), **common,
         )
-        grad_rel_k = None
-        if rel_k is not None and ctx.needs_input_grad[3]:
-            grad_rel_k = _table_grad(fds, q.to(acc) * scale, rel_k)
-        grad_rel_v = None
-        if rel_v is not None and ctx.needs_input_grad[4]:
-            grad_rel_v = _table_grad(folded, grad_out, rel_v)
         if grad_bias is not None:
             grad_bias = grad_bias.to(bias.dtype)
-        return (grad_q, grad_k, grad_v, grad_rel_k, grad_rel_v, grad_bias) + (None,) * 8
+        return (grad_q, grad_k, grad_v, _table_grad(grad_rel_k, rel_k), _table_grad(grad_rel_v, rel_v),
+                grad_bias) + (None,) * 8
 
 
 def triton_relative_attention(
@@ -730,14 +800,14 @@ def dropout_keep_mask(seed: int, shape: tuple[int, int, int, int], p: float, dev
 # Ahead-of-time compilation (no GPU needed): does every kernel lower to a cubin for a given GPU?
 # ----------------------------------------------------------------------------------------------------------------------
 
-_BUCKET_POINTERS = {"QA", "G", "LSE", "DELTA", "FOLD", "FDS", "DBIAS", "S"}  # accumulator-precision tensors
-_BYTE_POINTERS = {"Mask", "Keep"}
+_BUCKET_POINTERS = {"QA", "G", "LSE", "DELTA", "FOLD", "FDS", "DBIAS", "DAK", "DAV", "S"}  # accumulators
+_BYTE_POINTERS = {"Mask", "Keep", "Dead"}
 
 
 def compile_for(
     arch: int = 90, dtype: str = "bf16", blocks: Blocks | None = None, dim: int = 64, clip: int = 16, **flags
 ) -> dict[str, dict]:
-    """Compile the three attention kernels for CUDA compute capability ``arch`` (90: H100) without a GPU, as
+    """Compile the four attention kernels for CUDA compute capability ``arch`` (90: H100) without a GPU, as
     ``triton.compile`` does it at the first launch, and return per kernel the size of its cubin and, where the
     bundled ``cuobjdump`` can read it, registers per thread and stack (spill) bytes; ``shared`` is the dynamic shared
     memory in bytes. ``flags`` set the constexpr options (HAS_K, HAS_V,
@@ -753,13 +823,14 @@ def compile_for(
     if interpreting():
         raise RuntimeError("compile_for needs TRITON_INTERPRET unset (the interpreter does not compile)")
     blocks = blocks or Blocks()
-    constants = dict(HAS_K=True, HAS_V=True, HAS_BIAS=False, HAS_MASK=True, ROWS=3, DROPOUT=1,
-                     BIAS_GRAD=0, ROW_BC=False, COL_BC=False, BM=blocks.m, BN=blocks.n, BD=_next_pow2(dim),
-                     NB=_next_pow2(2 * clip + 1), ACC=tl.float32, PREC=_precision(dtype), **_table_dot(dtype))
+    constants = dict(HAS_K=True, HAS_V=True, HAS_BIAS=False, HAS_MASK=True, HAS_DEAD=True, ROWS=3, DROPOUT=1,
+                     STORE_FOLD=True, BIAS_GRAD=0, ROW_BC=False, COL_BC=False, GRAD_K=True, GRAD_V=True,
+                     BM=blocks.m, BN=blocks.n, BD=_next_pow2(dim), NB=_next_pow2(2 * clip + 1), ACC=tl.float32,
+                     PREC=_precision(dtype), **_table_dot(dtype))
     constants.update(flags)
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     report = {}
-    for kernel in (_shaw_fwd, _shaw_bwd_dkdv, _shaw_bwd_dq):
+    for kernel in (_shaw_fwd, _shaw_bwd_pre, _shaw_bwd_dkdv, _shaw_bwd_dq):
         signature, constexprs, attrs = {}, {}, {}
         for index, name in enumerate(kernel.arg_names):
             if kernel.params[index].is_constexpr:
