@@ -57,6 +57,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--gpus", type=int, default=None, help="processes for the torchrun part (default: all GPUs)")
     parser.add_argument("--out", default=None, help="write the Markdown here (default runs/gpu_check/<time>.md)")
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)  # the torchrun child
+    parser.add_argument("--ddp-device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)  # cpu: gloo
     return parser.parse_args(argv)
 
 
@@ -170,9 +171,10 @@ def trainer_under_torchrun(work: Path, gpus: int) -> dict:
             "seconds": seconds}
 
 
-def ddp_worker(out: str) -> None:
+def ddp_worker(out: str, device_kind: str = "cuda") -> None:
     """The torchrun child: DDP over NCCL on a small relative-position model, a few bf16 updates on random data,
-    then every rank's parameters are compared through an all-reduce."""
+    then every rank's parameters are compared through an all-reduce. (device_kind "cpu": gloo, a test of this
+    code on a machine without GPUs.)"""
     import torch
     import torch.distributed as dist
 
@@ -180,22 +182,26 @@ def ddp_worker(out: str) -> None:
     from rpr_mt.model.transformer import Seq2Seq
     from rpr_mt.train.trainer import TranslationLoss
 
-    dist.init_process_group("nccl")
+    cuda = device_kind == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
     rank, world = dist.get_rank(), dist.get_world_size()
     local = int(os.environ.get("LOCAL_RANK", "0"))
-    torch.cuda.set_device(local)
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(local)
     cfg = config_from_dict({"model": {"d_model": 128, "n_heads": 4, "encoder_layers": 2, "decoder_layers": 2,
                                       "ff_dim": 256, "positions": "relative", "clip": 8}}).model
     torch.manual_seed(0)
-    model = Seq2Seq(cfg, 1000).cuda()
-    module = torch.nn.parallel.DistributedDataParallel(TranslationLoss(model, 0.1), device_ids=[local])
+    model = Seq2Seq(cfg, 1000).to(device)
+    module = torch.nn.parallel.DistributedDataParallel(TranslationLoss(model, 0.1),
+                                                       device_ids=[local] if cuda else None)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
     gen = torch.Generator().manual_seed(100 + rank)  # every rank its own data: the all-reduce must agree them
     start = time.monotonic()
     for _ in range(5):
-        src = torch.randint(4, 1000, (16, 30), generator=gen).cuda()
-        tgt = torch.randint(4, 1000, (16, 31), generator=gen).cuda()
-        with torch.autocast("cuda", dtype=torch.bfloat16):
+        src = torch.randint(4, 1000, (16, 30), generator=gen).to(device)
+        tgt = torch.randint(4, 1000, (16, 31), generator=gen).to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
             loss, _ = module(src, tgt[:, :-1], tgt[:, 1:])
         (loss / tgt[:, 1:].numel()).backward()
         optimizer.step()
@@ -351,7 +357,7 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.ddp_worker:
-        ddp_worker(args.out)
+        ddp_worker(args.out, args.ddp_device)
         return 0
     env = environment()
     gpus = args.gpus or max(env["gpus"], 1)

@@ -130,3 +130,20 @@ def test_training_benchmark_trains_every_scheme_on_the_cpu_in_the_interpreter(tm
     rows = __import__("json").loads((tmp_path / "rows.json").read_text())["rows"]
     assert [r["scheme"] for r in rows] == ["absolute", "relative", "relative-triton"]
     assert all(r["tokens_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_ddp_worker_under_torchrun_on_the_cpu(tmp_path):
+    """The torchrun part's worker, with gloo on two CPU processes instead of NCCL on GPUs: DDP keeps the ranks'
+    parameters equal although every rank trains on its own data."""
+    import json
+    import os
+
+    report = tmp_path / "ddp.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "scripts/gpu_check.py", "--ddp-worker", "--ddp-device", "cpu", "--out", str(report)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["world"] == 2 and result["backend"] == "gloo" and result["agree"] is True

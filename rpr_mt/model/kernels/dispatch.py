@@ -125,7 +125,7 @@ def relative_attention(
         offset: absolute position of the first query; queries sit at offset .. offset + Lq - 1 and keys at
             0 .. Lk - 1 (cached decoding).
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
-        impl: "auto" (``choose_impl``), or one of "native", "fused", "gather", "sdpa" (content only), "triton".
+        impl: "auto" (``choose_impl``), or one of "native", "fused", "gather", "sdpa" (content only).
         chunk_bytes: native and fused: byte budget of one chunk buffer (default 8 MiB on CPU, to stay in cache;
             1 GiB on accelerators).
         save_probs: native and fused: keep the [B, H, Lq, Lk] probabilities for the backward pass (True), or

@@ -119,6 +119,18 @@ def test_rectangular_tiles(blocks):
     check(with_grads(out, run), expected, names_of(inputs))
 
 
+def test_frozen_tables():
+    """Tables that need no gradient (frozen, or inference under autograd for q only): the kernels skip the table
+    gradients and keeping fold(P); q, k, v still match."""
+    batch, heads, q_len, k_len, dim, clip = 1, 2, 18, 18, 4, 2
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, True, True, True, seed=9)
+    mask = make_mask("causal", batch, heads, q_len, k_len, 0)
+    expected = reference(inputs, clip, mask, 0)[:4]  # out and the gradients of q, k, v
+    run = to_run(inputs[:3]) + [t.detach().to(DEVICE, DTYPE) for t in inputs[3:]]
+    out = relative_attention(*run, clip=clip, attn_mask=mask.to(DEVICE), impl="triton")
+    check(with_grads(out, run[:3]), expected, NAMES[:4])
+
+
 BIAS_SHAPES = {  # -> how the kernel reduces the bias gradient
     "per-head [H,Lq,Lk]": lambda b, h, q, k: (h, q, k),  # summed over the batch: atomic adds of tiles
     "per-key [B,H,1,Lk]": lambda b, h, q, k: (b, h, 1, k),  # summed over queries in the tile first
