@@ -271,8 +271,9 @@ def summary_rows(results: dict, args: argparse.Namespace) -> list[tuple[str, str
                 speed = "-" if best is None else (
                     f"{best['ratio']:.3f} ({best['scheme']}; torch path {_fmt(torch_path, 'ratio')}, Triton "
                     f"{_fmt(kernel, 'ratio')}); absolute {_fmt(absolute, 'tokens_per_s', ',.0f')} tok/s")
+                ratio = None if best is None else best["ratio"]
                 rows.append((f"train {preset} bf16, {tokens:,} tokens/batch: tok/s relative / absolute", speed,
-                             f">= {SPEED_GOAL} ({verdict(None if best is None else best['ratio'], SPEED_GOAL, False)})"))
+                             f">= {SPEED_GOAL} ({verdict(ratio, SPEED_GOAL, False)})"))
                 memory = None if best is None else best.get("memory_ratio")
                 rows.append((f"train {preset} bf16, {tokens:,} tokens/batch: peak memory relative / absolute",
                              "-" if memory is None else f"{memory:.3f} ({best['scheme']}, "
@@ -347,7 +348,8 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
         "tests": f"python -m pytest -q -m '({marker}) and not slow' tests/model",
         "train": f"python benchmarks/bench_gpu_train.py --presets {' '.join(args.presets)} --json WORK/train.json",
         "ddp": f"torchrun --standalone --nproc_per_node {gpus} scripts/gpu_check.py --ddp-worker"
-               + ("; rpr-mt prepare + torchrun ... -m rpr_mt.cli train --config configs/demo.yaml" if gpus >= 2 else ""),
+               + ("; rpr-mt prepare + torchrun ... -m rpr_mt.cli train --config configs/demo.yaml"
+                  if gpus >= 2 else ""),
         "bench": f"python benchmarks/bench_gpu_attention.py --lengths {' '.join(map(str, args.lengths))} "
                  "--json WORK/bench.json",
     }
