@@ -15,6 +15,9 @@ Implementations (``impl``):
   queries (incremental decoding), and for content attention on short sentences in training.
 * ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention``, for content attention where no gradient is
   needed, or off the CPU.
+* ``"triton"``: fused FlashAttention-style Triton kernels with both relative terms inside the online softmax
+  (``triton_shaw.py``; CUDA, or the CPU under ``TRITON_INTERPRET=1``). Only on request: ``choose_impl`` picks it
+  nowhere until a benchmark on a GPU has shown it faster there.
 
 ``choose_impl`` is the whole policy; nothing else decides.
 """
@@ -33,7 +36,7 @@ from rpr_mt.model.masks import as_4d, mask_bias, revive_dead_rows
 
 __all__ = ["IMPLEMENTATIONS", "choose_impl", "content_attention", "relative_attention"]
 
-IMPLEMENTATIONS = ("auto", "native", "fused", "gather", "sdpa")
+IMPLEMENTATIONS = ("auto", "native", "fused", "gather", "sdpa", "triton")
 
 # Byte budget of one chunk buffer of the chunked paths. On CPU the few chunk buffers (scores, gradient, scratch and
 # the chunk's q/k/v copies) should stay in the last-level cache; accelerators prefer few large kernels.
@@ -186,6 +189,11 @@ def relative_attention(
         mask, dead = revive_dead_rows(as_4d(attn_mask.to(q.device)))
     if impl == "sdpa":
         return _sdpa(q, k, v, bias, mask, dead, dropout_p)
+    if impl == "triton":  # imported here: triton is optional; dropout is drawn inside its kernels from a seed
+        from rpr_mt.model.kernels.triton_shaw import triton_relative_attention
+
+        with torch.autocast(device_type, enabled=False):
+            return triton_relative_attention(q, k, v, rel_k, rel_v, bias, mask, dead, clip, offset, dropout_p)
     keep = None
     if dropout_p > 0:
         keep, dropout_p = keep_mask((batch, heads, q_len, k_len), dropout_p, q.device), drop_rate(dropout_p, q.device)

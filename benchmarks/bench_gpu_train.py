@@ -1,0 +1,199 @@
+"""Training throughput and peak memory on a GPU: the paper's base (and big) model with relative positions against
+the same model with absolute positions, in bf16 autocast, on WMT-shaped batches.
+
+Runs real training updates (forward, label-smoothed loss, backward, fused Adam) of each configuration on
+length-bucketed batches of synthetic WMT14-like sentences (20-100 tokens, mean ~30: ``bench_train.lengths("wmt")``)
+and prints target tokens/s (the median over --repeats alternating measurements), the ratio to absolute (the median
+of each repeat's back-to-back ratios) and the peak of torch.cuda.max_memory_allocated during the timed updates.
+
+Configurations (``--schemes``):
+    absolute         sinusoidal positions (the paper's baseline)
+    relative         Shaw et al.'s tables (base: k = 16 per head; big: k = 8 shared), attention as dispatched by
+                     default on CUDA (impl="auto": the chunked torch path)
+    relative-triton  the same model with every self-attention call on the fused Triton kernels (impl="triton")
+
+Batches: --max-tokens per batch, each a value to measure; 3,125 is one GPU's share of the paper's 25,000-token
+update on 8 GPUs (max_tokens 25,000, update_freq 1 under torchrun), 25,000 the whole update on one GPU.
+
+    python benchmarks/bench_gpu_train.py                                       # base, 3,125 and 25,000 tokens
+    python benchmarks/bench_gpu_train.py --presets base big --max-tokens 3125 --json train.json
+    python benchmarks/bench_gpu_train.py --dry-run                             # the table's form, no GPU needed
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import functools
+import json
+import statistics
+import sys
+import time
+from pathlib import Path
+
+import numpy as np
+import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train, beside this file
+
+COLUMNS = ["model", "tokens/batch", "scheme", "tgt tok/s", "/ absolute", "peak MiB", "/ absolute"]
+SCHEMES = ["absolute", "relative", "relative-triton"]
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--presets", nargs="+", choices=["base", "big"], default=["base"])
+    parser.add_argument("--max-tokens", type=int, nargs="+", default=[3125, 25000])
+    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=SCHEMES)
+    parser.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
+    parser.add_argument("--vocab", type=int, default=32768)
+    parser.add_argument("--updates", type=int, default=20)
+    parser.add_argument("--warmup", type=int, default=5)
+    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
+                        help="cpu: a smoke test of this script (with --tiny; the Triton rows need TRITON_INTERPRET=1)")
+    parser.add_argument("--tiny", action="store_true", help="a 2-layer d_model 32 model instead of the presets")
+    parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+    parser.add_argument("--dry-run", action="store_true", help="print the table's form without measuring")
+    return parser.parse_args(argv)
+
+
+def format_row(values: list[object]) -> str:
+    return "| " + " | ".join(str(v) for v in values) + " |"
+
+
+def header() -> str:
+    return format_row(COLUMNS) + "\n" + format_row([":---", "---:", ":---", "---:", "---:", "---:", "---:"])
+
+
+def table_row(row: dict) -> str:
+    def number(key: str, spec: str) -> str:
+        return "-" if row.get(key) is None else format(row[key], spec)
+
+    return format_row([row["model"], f"{row['max_tokens']:,}", row["scheme"], number("tokens_per_s", ",.0f"),
+                       number("ratio", ".3f"), number("peak_mib", ",.0f"), number("memory_ratio", ".3f")])
+
+
+def build(preset: str, scheme: str, args: argparse.Namespace):
+    from rpr_mt.config import config_from_dict
+    from rpr_mt.model.transformer import Seq2Seq
+    from rpr_mt.train.trainer import TranslationLoss
+
+    raw = {"preset": preset, "positions": "absolute" if scheme == "absolute" else "relative", "max_positions": 256}
+    if args.tiny:
+        raw.update(d_model=32, n_heads=2, encoder_layers=1, decoder_layers=1, ff_dim=64)
+    cfg = config_from_dict({"model": raw}).model
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg, args.vocab).to(args.device)
+    return model, TranslationLoss(model, 0.1).train()
+
+
+@contextlib.contextmanager
+def attention_impl(scheme: str):
+    """relative-triton: every Shaw self-attention call with impl="triton" (the default policy never picks it)."""
+    if scheme != "relative-triton":
+        yield
+        return
+    import rpr_mt.model.positions.shaw as shaw
+
+    original = shaw.relative_attention
+    shaw.relative_attention = functools.partial(original, impl="triton")
+    try:
+        yield
+    finally:
+        shaw.relative_attention = original
+
+
+def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Namespace) -> tuple[float, float | None]:
+    """(target tokens/s, peak MiB) of --updates timed training updates after --warmup."""
+    from rpr_mt.train.batching import collate, make_batches
+    from rpr_mt.train.trainer import _autocast
+
+    device = torch.device(args.device)
+    model, module = build(preset, scheme, args)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9,
+                                 fused=device.type == "cuda")
+    batches = make_batches(data, np.arange(len(data)), max_tokens, seed=1, epoch=0)
+    cuda = device.type == "cuda"
+    tokens, start = 0, 0.0
+    with attention_impl(scheme):
+        for i in range(args.warmup + args.updates):
+            if i == args.warmup:
+                if cuda:
+                    torch.cuda.synchronize()
+                    torch.cuda.reset_peak_memory_stats()
+                start = time.perf_counter()
+            batch = collate(data, batches[i % len(batches)], 0, 2, 3).to(device)
+            with _autocast(device, args.precision):
+                loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
+            (loss / batch.global_tgt_tokens).backward()
+            optimizer.step()
+            optimizer.zero_grad(set_to_none=True)
+            if i >= args.warmup:
+                tokens += batch.global_tgt_tokens
+        if cuda:
+            torch.cuda.synchronize()
+    seconds = time.perf_counter() - start
+    peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
+    del model, module, optimizer
+    if cuda:
+        torch.cuda.empty_cache()
+    return tokens / seconds, peak
+
+
+def run(args: argparse.Namespace) -> list[dict]:
+    from bench_train import SyntheticIds, lengths
+
+    rng = np.random.default_rng(0)
+    src, tgt = lengths("wmt", 20000 if not args.tiny else 400, rng)
+    data = SyntheticIds(src, tgt, args.vocab)
+    schemes = list(dict.fromkeys(["absolute", *args.schemes]))
+    rows = []
+    for preset in args.presets:
+        for max_tokens in args.max_tokens:
+            rates: dict[str, list[float]] = {s: [] for s in schemes}
+            peaks: dict[str, float | None] = {}
+            for _ in range(args.repeats):  # alternate, so that drifts of the machine hit every scheme alike
+                for scheme in schemes:
+                    rate, peak = measure(preset, scheme, max_tokens, data, args)
+                    rates[scheme].append(rate)
+                    peaks[scheme] = peak if peaks.get(scheme) is None else max(peaks[scheme], peak or 0)
+            for scheme in schemes:
+                ratios = [r / a for r, a in zip(rates[scheme], rates["absolute"])]
+                row = {"model": preset if not args.tiny else "tiny", "max_tokens": max_tokens, "scheme": scheme,
+                       "tokens_per_s": statistics.median(rates[scheme]), "ratio": statistics.median(ratios),
+                       "peak_mib": peaks[scheme],
+                       "memory_ratio": None if peaks[scheme] is None else peaks[scheme] / peaks["absolute"]}
+                rows.append(row)
+                print(table_row(row), flush=True)
+    return rows
+
+
+def describe(args: argparse.Namespace) -> str:
+    name = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else args.device
+    return (f"# training on {name}: {args.precision}, vocab {args.vocab}, WMT-like lengths, {args.updates} timed "
+            f"updates after {args.warmup}, median of {args.repeats} alternating repeats, torch {torch.__version__}")
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    print(describe(args))
+    print(header())
+    if args.dry_run:
+        rows = [{"model": p, "max_tokens": t, "scheme": s} for p in args.presets for t in args.max_tokens
+                for s in dict.fromkeys(["absolute", *args.schemes])]
+        for row in rows:
+            print(table_row(row))
+    else:
+        if args.device == "cuda" and not torch.cuda.is_available():
+            print("no CUDA device: nothing measured (--dry-run prints the table's form)", file=sys.stderr)
+            return 2
+        rows = run(args)
+    if args.json:
+        with open(args.json, "w", encoding="utf-8") as handle:
+            json.dump({"setup": describe(args), "rows": rows}, handle, indent=1)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

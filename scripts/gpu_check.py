@@ -1,0 +1,401 @@
+"""Everything that needs a GPU, in one command, about 10 minutes on one H100 (``scripts/gpu_check.sh`` runs it):
+
+1. tests    the GPU unit tests (pytest -m gpu: float32 and bfloat16 exactness of the Triton kernels and of the torch
+            path against a float64 reference, seeded dropout, cached decoding equal to full decoding, SDPA for
+            content attention); with --all-tests also every Triton kernel test (-m triton) on the GPU
+2. train    a short WMT-shaped training run of the base models (benchmarks/bench_gpu_train.py) in bf16: absolute,
+            relative on the torch path and relative on the Triton kernels; target tokens/s and peak memory
+3. ddp      torchrun with NCCL: a DistributedDataParallel worker on every GPU (parameters must agree after the
+            updates), and with two or more GPUs also ``rpr-mt train`` itself under torchrun on the demo corpus
+4. bench    the attention benchmark (benchmarks/bench_gpu_attention.py): Triton kernel vs torch path vs SDPA
+            flash, forward+backward at L = 64 ... 1024
+
+It prints one table: every check, its result and the issue's goal (Shaw K+V fwd+bwd <= 1.3x SDPA flash at
+L = 128-512; training tokens/s relative / absolute >= 0.93; peak memory relative <= 1.1x absolute), the paper's
+runs costed from the measured tokens/s, then the detailed tables. The same Markdown goes to --out, ready for
+docs/benchmarks.md.
+
+    scripts/gpu_check.sh                       # everything
+    scripts/gpu_check.sh --parts tests bench   # some parts
+    scripts/gpu_check.sh --dry-run             # no GPU needed: the plan and the table's form (CI runs this)
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime as _dt
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+PARTS = ("tests", "train", "ddp", "bench")
+ATTENTION_GOAL = 1.3  # Shaw K+V forward+backward / SDPA flash, L = 128-512
+ATTENTION_GOAL_LENGTHS = (128, 256, 512)
+SPEED_GOAL = 0.93  # training tokens/s, relative / absolute
+MEMORY_GOAL = 1.1  # peak memory, relative / absolute
+# The paper's runs (Shaw et al. 2018 after Vaswani et al. 2017): updates of ~25,000 target tokens.
+PAPER_RUNS = {"base": 100_000, "big": 300_000}
+UPDATE_TOKENS = 25_000
+PER_GPU_TOKENS = UPDATE_TOKENS // 8  # one GPU's share of an update on 8 GPUs
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
+    parser.add_argument("--dry-run", action="store_true", help="print the plan and the table's form; needs no GPU")
+    parser.add_argument("--all-tests", action="store_true", help="also run every Triton kernel test on the GPU")
+    parser.add_argument("--presets", nargs="+", choices=["base", "big"], default=["base"],
+                        help="models of the training part (big adds about 2 minutes)")
+    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--gpus", type=int, default=None, help="processes for the torchrun part (default: all GPUs)")
+    parser.add_argument("--out", default=None, help="write the Markdown here (default runs/gpu_check/<time>.md)")
+    parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)  # the torchrun child
+    parser.add_argument("--ddp-device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)  # cpu: gloo
+    return parser.parse_args(argv)
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The parts
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def environment() -> dict:
+    import torch
+
+    info = {"torch": torch.__version__, "cuda": torch.version.cuda, "gpus": torch.cuda.device_count()}
+    info["gpu"] = torch.cuda.get_device_name(0) if info["gpus"] else "no GPU"
+    try:
+        import triton
+
+        info["triton"] = triton.__version__
+    except ImportError:
+        info["triton"] = "not installed"
+    return info
+
+
+def child_env() -> dict:
+    """The environment of the parts' processes: this checkout first on the path, the real GPU (no interpreter)."""
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO)] + ([env["PYTHONPATH"]] if env.get("PYTHONPATH") else []))
+    return env
+
+
+def run_logged(command: list[str], log: Path, timeout: int) -> tuple[int, str, float]:
+    """Run ``command`` in the repository, output to ``log`` (and echoed); (exit status, output, seconds)."""
+    print(f"$ {' '.join(command)}", flush=True)
+    start = time.monotonic()
+    try:
+        done = subprocess.run(command, cwd=REPO, env=child_env(), capture_output=True, text=True, timeout=timeout)
+        code, output = done.returncode, done.stdout + done.stderr
+    except subprocess.TimeoutExpired as error:
+        code, output = 124, f"{error.stdout or ''}{error.stderr or ''}\ntimed out after {timeout} s"
+    log.write_text(output)
+    tail = "\n".join(output.strip().splitlines()[-15:])
+    print(tail, flush=True)
+    return code, output, time.monotonic() - start
+
+
+def part_tests(work: Path, all_tests: bool) -> dict:
+    marker = "gpu or triton" if all_tests else "gpu"
+    code, output, seconds = run_logged(
+        [sys.executable, "-m", "pytest", "-q", "-m", f"({marker}) and not slow", "tests/model"],
+        work / "tests.log", timeout=900)
+    summary = next((line for line in reversed(output.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "")
+    counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|error|errors)", summary)}
+    return {"ok": code == 0 and counts.get("passed", 0) > 0, "marker": marker, "counts": counts,
+            "seconds": seconds, "summary": summary.strip("= ")}
+
+
+def part_train(work: Path, presets: list[str]) -> dict:
+    out = work / "train.json"
+    code, _, seconds = run_logged([sys.executable, "benchmarks/bench_gpu_train.py", "--presets", *presets, "--json",
+                                   str(out)], work / "train.log", timeout=1200)
+    result = json.loads(out.read_text()) if out.is_file() else {"rows": []}
+    return {"ok": code == 0, "seconds": seconds, **result}
+
+
+def part_bench(work: Path, lengths: list[int]) -> dict:
+    out = work / "bench.json"
+    code, _, seconds = run_logged([sys.executable, "benchmarks/bench_gpu_attention.py", "--lengths",
+                                   *map(str, lengths), "--json", str(out)], work / "bench.log", timeout=1200)
+    result = json.loads(out.read_text()) if out.is_file() else {"rows": []}
+    return {"ok": code == 0, "seconds": seconds, **result}
+
+
+def torchrun() -> list[str]:
+    found = shutil.which("torchrun")
+    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+
+
+def part_ddp(work: Path, gpus: int) -> dict:
+    """NCCL all-reduce through DDP on ``gpus`` processes; with >= 2 GPUs also the trainer itself under torchrun."""
+    report = work / "ddp.json"
+    command = [*torchrun(), "--standalone", "--nproc_per_node", str(gpus), "scripts/gpu_check.py", "--ddp-worker",
+               "--out", str(report)]
+    code, _, seconds = run_logged(command, work / "ddp.log", timeout=300)
+    result = json.loads(report.read_text()) if report.is_file() else {}
+    result.update(ok=code == 0 and result.get("agree") is True, gpus=gpus, seconds=seconds)
+    if gpus >= 2:
+        result["trainer"] = trainer_under_torchrun(work, gpus)
+        result["ok"] = result["ok"] and result["trainer"]["ok"]
+    return result
+
+
+def trainer_under_torchrun(work: Path, gpus: int) -> dict:
+    """``rpr-mt train`` on the demo corpus with ``gpus`` processes (NCCL), bf16, about 30 seconds of updates."""
+    data, run_dir = work / "demo_data", work / "demo_run"
+    settings = [f"data.output_dir={data}", f"train.run_dir={run_dir}", "train.device=cuda", "train.precision=bf16",
+                "train.max_time=30", "train.validate_every=100000", "train.save_every=100000", "train.valid_bleu=false",
+                "train.valid_max_sentences=100", "train.max_tokens=8192"]
+    sets = [arg for setting in settings for arg in ("--set", setting)]
+    code, _, _ = run_logged([sys.executable, "-m", "rpr_mt.cli", "prepare", "--config", "configs/demo.yaml", *sets[:2]],
+                            work / "demo_prepare.log", timeout=300)
+    if code != 0:
+        return {"ok": False, "error": "prepare failed"}
+    code, output, seconds = run_logged([*torchrun(), "--standalone", "--nproc_per_node", str(gpus), "-m",
+                                        "rpr_mt.cli", "train", "--config", "configs/demo.yaml", *sets],
+                                       work / "demo_train.log", timeout=600)
+    records = []
+    metrics = run_dir / "metrics.jsonl"
+    if metrics.is_file():
+        records = [json.loads(line) for line in metrics.read_text().splitlines() if '"tgt_tok_s"' in line]
+    last = records[-1] if records else {}
+    return {"ok": code == 0 and bool(records), "updates": last.get("step"), "tgt_tok_s": last.get("tgt_tok_s"),
+            "seconds": seconds}
+
+
+def ddp_worker(out: str, device_kind: str = "cuda") -> None:
+    """The torchrun child: DDP over NCCL on a small relative-position model, a few bf16 updates on random data,
+    then every rank's parameters are compared through an all-reduce. (device_kind "cpu": gloo, a test of this
+    code on a machine without GPUs.)"""
+    import torch
+    import torch.distributed as dist
+
+    from rpr_mt.config import config_from_dict
+    from rpr_mt.model.transformer import Seq2Seq
+    from rpr_mt.train.trainer import TranslationLoss
+
+    cuda = device_kind == "cuda"
+    dist.init_process_group("nccl" if cuda else "gloo")
+    rank, world = dist.get_rank(), dist.get_world_size()
+    local = int(os.environ.get("LOCAL_RANK", "0"))
+    device = torch.device("cuda", local) if cuda else torch.device("cpu")
+    if cuda:
+        torch.cuda.set_device(local)
+    cfg = config_from_dict({"model": {"d_model": 128, "n_heads": 4, "encoder_layers": 2, "decoder_layers": 2,
+                                      "ff_dim": 256, "positions": "relative", "clip": 8}}).model
+    torch.manual_seed(0)
+    model = Seq2Seq(cfg, 1000).to(device)
+    module = torch.nn.parallel.DistributedDataParallel(TranslationLoss(model, 0.1),
+                                                       device_ids=[local] if cuda else None)
+    optimizer = torch.optim.Adam(model.parameters(), lr=1e-3)
+    gen = torch.Generator().manual_seed(100 + rank)  # every rank its own data: the all-reduce must agree them
+    start = time.monotonic()
+    for _ in range(5):
+        src = torch.randint(4, 1000, (16, 30), generator=gen).to(device)
+        tgt = torch.randint(4, 1000, (16, 31), generator=gen).to(device)
+        with torch.autocast(device.type, dtype=torch.bfloat16):
+            loss, _ = module(src, tgt[:, :-1], tgt[:, 1:])
+        (loss / tgt[:, 1:].numel()).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+    flat = torch.cat([p.detach().float().flatten() for p in model.parameters()])
+    low, high = flat.clone(), flat.clone()
+    dist.all_reduce(low, op=dist.ReduceOp.MIN)
+    dist.all_reduce(high, op=dist.ReduceOp.MAX)
+    agree = bool(torch.equal(low, high))
+    if rank == 0:
+        Path(out).write_text(json.dumps({"world": world, "backend": dist.get_backend(), "agree": agree,
+                                         "updates": 5, "seconds": time.monotonic() - start}))
+    dist.destroy_process_group()
+
+
+# ----------------------------------------------------------------------------------------------------------------------
+# The table
+# ----------------------------------------------------------------------------------------------------------------------
+
+
+def verdict(value: float | None, goal: float, at_most: bool) -> str:
+    if value is None:
+        return "-"
+    return "met" if (value <= goal if at_most else value >= goal) else "NOT met"
+
+
+def _best_relative(rows: list[dict], preset: str, tokens: int) -> dict | None:
+    """The faster relative row (torch path or Triton) of a training configuration."""
+    candidates = [r for r in rows if r.get("model") == preset and r.get("max_tokens") == tokens
+                  and r.get("scheme", "").startswith("relative") and r.get("tokens_per_s")]
+    return max(candidates, key=lambda r: r["tokens_per_s"], default=None)
+
+
+def _row(rows: list[dict], preset: str, tokens: int, scheme: str) -> dict | None:
+    return next((r for r in rows if r.get("model") == preset and r.get("max_tokens") == tokens
+                 and r.get("scheme") == scheme), None)
+
+
+def summary_rows(results: dict, args: argparse.Namespace) -> list[tuple[str, str, str]]:
+    """(check, result, goal) for every part asked for; '-' where nothing was measured (--dry-run)."""
+    rows: list[tuple[str, str, str]] = []
+    if "tests" in args.parts:
+        tests = results.get("tests")
+        marker = "gpu or triton" if args.all_tests else "gpu"
+        text = "-" if tests is None else f"{tests['summary'] or 'no summary'} ({tests['seconds']:.0f} s)"
+        rows.append((f"GPU unit tests (pytest -m '{marker}')", text, "all pass"))
+    if "ddp" in args.parts:
+        ddp = results.get("ddp")
+        text = "-"
+        if ddp is not None:
+            text = (f"{'ok' if ddp.get('ok') else 'FAILED'}: {ddp.get('world', ddp.get('gpus'))} process(es), "
+                    f"backend {ddp.get('backend', '?')}, parameters equal on all ranks: {ddp.get('agree')}")
+        rows.append(("torchrun + NCCL, DDP worker", text, "ok"))
+        trainer = None if ddp is None else ddp.get("trainer")
+        if trainer is not None:
+            rows.append(("torchrun rpr-mt train (demo, bf16)",
+                         f"{'ok' if trainer['ok'] else 'FAILED'}: {trainer.get('updates')} updates, "
+                         f"{trainer.get('tgt_tok_s') or 0:,.0f} tgt tok/s", "ok"))
+    if "train" in args.parts:
+        train_rows = (results.get("train") or {}).get("rows", [])
+        for preset in args.presets:
+            for tokens in (PER_GPU_TOKENS, UPDATE_TOKENS):
+                absolute = _row(train_rows, preset, tokens, "absolute")
+                torch_path = _row(train_rows, preset, tokens, "relative")
+                kernel = _row(train_rows, preset, tokens, "relative-triton")
+                best = _best_relative(train_rows, preset, tokens)
+                speed = "-" if best is None else (
+                    f"{best['ratio']:.3f} ({best['scheme']}; torch path {_fmt(torch_path, 'ratio')}, Triton "
+                    f"{_fmt(kernel, 'ratio')}); absolute {_fmt(absolute, 'tokens_per_s', ',.0f')} tok/s")
+                ratio = None if best is None else best["ratio"]
+                rows.append((f"train {preset} bf16, {tokens:,} tokens/batch: tok/s relative / absolute", speed,
+                             f">= {SPEED_GOAL} ({verdict(ratio, SPEED_GOAL, False)})"))
+                memory = None if best is None else best.get("memory_ratio")
+                rows.append((f"train {preset} bf16, {tokens:,} tokens/batch: peak memory relative / absolute",
+                             "-" if memory is None else f"{memory:.3f} ({best['scheme']}, "
+                                                        f"{best['peak_mib']:,.0f} MiB)",
+                             f"<= {MEMORY_GOAL} ({verdict(memory, MEMORY_GOAL, True)})"))
+    if "bench" in args.parts:
+        bench_rows = {r["L"]: r for r in (results.get("bench") or {}).get("rows", [])}
+        for length in args.lengths:
+            row = bench_rows.get(length, {})
+            ratio = row["kv_triton_ms"] / row["sdpa_ms"] if row.get("kv_triton_ms") and row.get("sdpa_ms") else None
+            torch_ratio = row["kv_torch_ms"] / row["sdpa_ms"] if row.get("kv_torch_ms") and row.get("sdpa_ms") else None
+            text = "-" if ratio is None else (f"{ratio:.2f}x ({row['kv_triton_ms']:.2f} vs {row['sdpa_ms']:.2f} ms; "
+                                              f"torch path {'-' if torch_ratio is None else f'{torch_ratio:.2f}x'})")
+            goal = f"<= {ATTENTION_GOAL} ({verdict(ratio, ATTENTION_GOAL, True)})" if length in ATTENTION_GOAL_LENGTHS \
+                else "(no goal)"
+            rows.append((f"attention L={length} bf16: Shaw K+V Triton / SDPA flash, fwd+bwd", text, goal))
+    if "train" in args.parts:
+        rows.extend(cost_rows((results.get("train") or {}).get("rows", []), args.presets))
+    return rows
+
+
+def _fmt(row: dict | None, key: str, spec: str = ".3f") -> str:
+    return "-" if row is None or row.get(key) is None else format(row[key], spec)
+
+
+def cost_rows(train_rows: list[dict], presets: list[str]) -> list[tuple[str, str, str]]:
+    """GPU-hours of the paper's runs from the measured tokens/s at one GPU's share of an 8-GPU update
+    (communication not included)."""
+    rows = []
+    for preset in presets:
+        updates = PAPER_RUNS[preset]
+        for scheme in ("absolute", "relative"):
+            row = _row(train_rows, preset, PER_GPU_TOKENS, scheme) if scheme == "absolute" else \
+                _best_relative(train_rows, preset, PER_GPU_TOKENS)
+            rate = None if row is None else row.get("tokens_per_s")
+            text = "-"
+            if rate:
+                gpu_hours = updates * UPDATE_TOKENS / rate / 3600
+                text = f"{gpu_hours:,.0f} GPU-hours ({gpu_hours / 8:,.1f} h on 8 GPUs)"
+            rows.append((f"cost: {preset} {scheme}, {updates:,} updates x {UPDATE_TOKENS:,} tokens", text,
+                         "from the measured tok/s"))
+    return rows
+
+
+def render(results: dict, args: argparse.Namespace, env: dict) -> str:
+    when = _dt.datetime.now().strftime("%Y-%m-%d %H:%M")
+    lines = [f"### GPU check: {env['gpu']} x {env['gpus']}, torch {env['torch']} (CUDA {env['cuda']}), "
+             f"triton {env['triton']}, {when}" + (" (dry run: nothing measured)" if args.dry_run else ""), "",
+             "| check | result | goal |", "|:---|:---|:---|"]
+    lines += [f"| {check} | {result} | {goal} |" for check, result, goal in summary_rows(results, args)]
+    for name in ("train", "bench"):
+        part = results.get(name)
+        if part and part.get("rows"):
+            module = _bench_module(name)
+            lines += ["", part.get("setup", ""), "", module.header()] + [module.table_row(r) for r in part["rows"]]
+    return "\n".join(lines) + "\n"
+
+
+def _bench_module(name: str):
+    import importlib.util
+
+    path = REPO / "benchmarks" / ("bench_gpu_train.py" if name == "train" else "bench_gpu_attention.py")
+    spec = importlib.util.spec_from_file_location(f"_gpu_check_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)  # type: ignore[union-attr]
+    return module
+
+
+def plan(args: argparse.Namespace, gpus: int) -> list[str]:
+    marker = "gpu or triton" if args.all_tests else "gpu"
+    steps = {
+        "tests": f"python -m pytest -q -m '({marker}) and not slow' tests/model",
+        "train": f"python benchmarks/bench_gpu_train.py --presets {' '.join(args.presets)} --json WORK/train.json",
+        "ddp": f"torchrun --standalone --nproc_per_node {gpus} scripts/gpu_check.py --ddp-worker"
+               + ("; rpr-mt prepare + torchrun ... -m rpr_mt.cli train --config configs/demo.yaml"
+                  if gpus >= 2 else ""),
+        "bench": f"python benchmarks/bench_gpu_attention.py --lengths {' '.join(map(str, args.lengths))} "
+                 "--json WORK/bench.json",
+    }
+    return [f"{part}: {steps[part]}" for part in args.parts]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
+    if args.ddp_worker:
+        ddp_worker(args.out, args.ddp_device)
+        return 0
+    env = environment()
+    gpus = args.gpus or max(env["gpus"], 1)
+    if args.dry_run:
+        print("# plan (WORK: a fresh directory under runs/gpu_check)")
+        print("\n".join(plan(args, gpus)))
+        print()
+        print(render({}, args, env), end="")
+        return 0
+    if env["gpus"] == 0:
+        print("no CUDA device here: nothing to check (scripts/gpu_check.sh --dry-run shows the plan)", file=sys.stderr)
+        return 2
+    stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S")
+    work = Path(tempfile.mkdtemp(prefix=f"gpu_check_{stamp}_", dir=REPO / "runs" if (REPO / "runs").is_dir() else None))
+    out = Path(args.out) if args.out else REPO / "runs" / "gpu_check" / f"{stamp}.md"
+    results: dict = {}
+    start = time.monotonic()
+    for part in (p for p in PARTS if p in args.parts):  # tests first: a broken kernel shows before the timings
+        print(f"\n## {part}", flush=True)
+        if part == "tests":
+            results["tests"] = part_tests(work, args.all_tests)
+        elif part == "train":
+            results["train"] = part_train(work, args.presets)
+        elif part == "ddp":
+            results["ddp"] = part_ddp(work, gpus)
+        elif part == "bench":
+            results["bench"] = part_bench(work, args.lengths)
+    text = render(results, args, env)
+    text += f"\n(gpu_check: {time.monotonic() - start:.0f} s; logs in {work})\n"
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(text)
+    (work / "results.json").write_text(json.dumps({"env": env, "results": results}, indent=1, default=str))
+    print("\n" + text)
+    print(f"written to {out}")
+    return 0 if all(part.get("ok", False) for part in results.values()) else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())

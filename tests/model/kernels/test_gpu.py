@@ -1,0 +1,142 @@
+"""Checks that need a CUDA device (marker ``gpu``; ``scripts/gpu_check.sh`` runs them): relation-aware attention on
+the GPU in float32 and bfloat16 against a float64 CPU reference, through the fused Triton kernels and the torch path;
+cached decoding equal to full decoding; content attention through SDPA. Skipped without CUDA.
+
+The reference is the gather path in float64 on the CPU, which tests/model/test_attention.py checks against the loop
+reference of tests/model/reference.py (the loop itself is too slow at these shapes). Shapes are the base model's
+per-head ones (d = 64, k = 16) at lengths that are not multiples of the 64-wide tiles.
+"""
+
+from __future__ import annotations
+
+import functools
+
+import pytest
+import torch
+
+from rpr_mt.model.attention import KVCache, causal_mask
+from rpr_mt.model.kernels import choose_impl, relative_attention
+from rpr_mt.model.kernels.gather import relative_attention_gather
+from rpr_mt.model.masks import as_4d, revive_dead_rows
+
+from ..test_attention import make_inputs, make_layer, make_mask
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA device (run scripts/gpu_check.sh there)"),
+]
+
+F64 = torch.float64
+
+
+def triton_ready():
+    triton_shaw = pytest.importorskip("rpr_mt.model.kernels.triton_shaw")
+    if not triton_shaw.available(torch.empty(1, device="cuda")):
+        pytest.skip(triton_shaw.unavailable_reason(torch.empty(1, device="cuda")))
+    return triton_shaw
+
+
+def run(inputs, device, dtype, impl, **kwargs):
+    """Output and gradients (q, k, v, tables, bias) of relative_attention on copies of float64 CPU leaves."""
+    leaves = [None if t is None else t.detach().to(device, dtype).requires_grad_() for t in inputs]
+    bias = kwargs.pop("bias", None)
+    if bias is not None:
+        bias = bias.detach().to(device, dtype).requires_grad_()
+    mask = kwargs.pop("attn_mask", None)
+    out = relative_attention(*leaves, attn_mask=None if mask is None else mask.to(device), bias=bias, impl=impl,
+                             **kwargs)
+    live = [t for t in [*leaves, bias] if t is not None]
+    grad_out = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(9)).to(device, dtype)
+    return [out.detach().double().cpu()] + [g.double().cpu() for g in torch.autograd.grad(out, live, grad_out)]
+
+
+def relative_error(actual, expected):
+    return max(((a - e).norm() / e.norm().clamp_min(1e-12)).item() for a, e in zip(actual, expected))
+
+
+# (name, B, H, L, k, offset, mask, per-head, K, V, bias)
+CASES = [
+    ("encoder-padding-head-KV", 2, 4, 100, 16, 0, "padding", True, True, True, False),
+    ("decoder-causal+padding-shared-KV", 2, 4, 130, 8, 0, "causal+padding", False, True, True, False),
+    ("cached-offset-K-only-bias", 2, 4, 37, 16, 60, "causal", True, True, False, True),
+    ("V-only-dead-row", 2, 4, 70, 16, 0, "dead", True, False, True, False),
+]
+
+
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_float32_and_bfloat16_match_the_float64_reference(case):
+    triton_ready()
+    _, batch, heads, length, clip, offset, mask_kind, per_head, use_key, use_value, with_bias = case
+    q_len = length
+    k_len = length + offset
+    inputs = make_inputs(batch, heads, q_len, k_len, 64, clip, per_head, use_key, use_value, seed=3)
+    mask = make_mask(mask_kind, batch, heads, q_len, k_len, offset)
+    bias = torch.randn(heads, q_len, k_len, dtype=F64) if with_bias else None
+    kwargs = dict(clip=clip, offset=offset, attn_mask=mask, bias=bias)
+    expected = run(inputs, "cpu", F64, "gather", **dict(kwargs))
+    # float32: tight (3xTF32 dots in the kernel, IEEE float32 matmuls in torch)
+    for impl in ("triton", "auto"):
+        actual = run(inputs, "cuda", torch.float32, impl, **dict(kwargs))
+        for a, e in zip(actual, expected):
+            torch.testing.assert_close(a, e, atol=2e-4, rtol=2e-4, msg=lambda m: f"{impl} float32: {m}")
+    # bfloat16: no worse than the torch path in bfloat16 (and within 2% in norm)
+    kernel = relative_error(run(inputs, "cuda", torch.bfloat16, "triton", **dict(kwargs)), expected)
+    torch_path = relative_error(run(inputs, "cuda", torch.bfloat16, "auto", **dict(kwargs)), expected)
+    assert kernel <= max(2e-2, 1.5 * torch_path), (kernel, torch_path)
+
+
+def test_seeded_dropout_on_the_gpu_replays_exactly():
+    triton_shaw = triton_ready()
+    inputs = make_inputs(2, 4, 90, 90, 64, 16, True, True, True, seed=4)
+    mask = make_mask("causal", 2, 4, 90, 90, 0)
+    torch.manual_seed(5)
+    actual = run(inputs, "cuda", torch.float32, "triton", clip=16, attn_mask=mask, dropout_p=0.1)
+    torch.manual_seed(5)
+    keep = triton_shaw.dropout_keep_mask(triton_shaw.draw_seed(), (2, 4, 90, 90), 0.1, "cuda").cpu()
+    assert abs(keep.float().mean().item() - 0.9) < 0.01
+    leaves = [t.detach().requires_grad_() for t in inputs]
+    full_mask, dead = revive_dead_rows(as_4d(mask))
+    out = relative_attention_gather(*leaves, None, full_mask, dead, keep, 16, 0, 0.1)
+    grad_out = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(9))
+    expected = [out.detach()] + list(torch.autograd.grad(out, leaves, grad_out))
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, atol=2e-4, rtol=2e-4)
+
+
+@pytest.mark.parametrize("impl", ["auto", "triton"])
+@pytest.mark.parametrize("precision", ["fp32", "bf16"])
+def test_cached_decoding_equals_full_decoding(impl, precision, monkeypatch):
+    if impl == "triton":
+        triton_ready()
+        import rpr_mt.model.positions.shaw as shaw
+
+        monkeypatch.setattr(shaw, "relative_attention", functools.partial(shaw.relative_attention, impl="triton"))
+    layer = make_layer(clip=4).cuda()
+    x = torch.randn(3, 24, 16, device="cuda")
+    autocast = torch.autocast("cuda", dtype=torch.bfloat16, enabled=precision == "bf16")
+    with torch.no_grad(), autocast:
+        full = layer(x, attn_mask=causal_mask(24, 24, device="cuda"))
+        cache, pieces = KVCache(), []
+        for start in range(24):  # one query at a time, as beam search does
+            pieces.append(layer(x[:, start : start + 1], attn_mask=None, cache=cache))
+        stepped = torch.cat(pieces, dim=1)
+        cache, pieces = KVCache(), []
+        for start in range(0, 24, 5):  # several at a time
+            n = min(5, 24 - start)
+            mask = causal_mask(n, start + n, offset=start, device="cuda")
+            pieces.append(layer(x[:, start : start + n], attn_mask=mask, cache=cache))
+        chunked = torch.cat(pieces, dim=1)
+    tol = 1e-5 if precision == "fp32" else 2e-2
+    torch.testing.assert_close(stepped.float(), full.float(), atol=tol, rtol=tol)
+    torch.testing.assert_close(chunked.float(), full.float(), atol=tol, rtol=tol)
+
+
+def test_content_attention_on_cuda_is_sdpa_and_exact():
+    q, k, v, _, _ = make_inputs(2, 4, 77, 77, 64, 0, False, False, False, dtype=torch.float32, seed=6)
+    cuda = [t.detach().cuda() for t in (q, k, v)]
+    assert choose_impl(cuda[0], 77, tables=False, needs_grad=True) == "sdpa"
+    mask = make_mask("padding", 2, 4, 77, 77, 0)
+    out = relative_attention(*cuda, None, None, clip=None, attn_mask=mask.cuda())
+    expected = relative_attention(q.double(), k.double(), v.double(), None, None, clip=None, attn_mask=mask,
+                                  impl="gather")
+    torch.testing.assert_close(out.double().cpu(), expected, atol=2e-4, rtol=2e-4)

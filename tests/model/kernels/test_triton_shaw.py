@@ -1,0 +1,211 @@
+"""The fused Triton kernels of relation-aware attention (``impl="triton"``) against the float64 loop reference:
+outputs and the gradients of q, k, v, both tables and the bias, for every option (per-head and shared tables, K
+only, V only, K+V, content only, padding, causal with an offset, cached decoding, dead rows, a full random mask,
+k = 0 and k beyond the longest distance, every broadcast shape of the bias, seeded and explicit dropout).
+
+Without a GPU the kernels run in Triton's interpreter on the CPU, in float64, so the comparison is exact to
+rounding (1e-9); on a CUDA machine without TRITON_INTERPRET they run on the GPU in float32 (1e-4). Shapes are tiny
+(B, H <= 2, L <= 22, d <= 16, k <= 4) with 16 x 16 tiles in the interpreter, so that every case still spans several
+tiles of each kind: all in bucket 0, all in bucket 2k, and tiles that cross the band.
+
+    TRITON_INTERPRET=1 python -m pytest -m triton tests/model/kernels/test_triton_shaw.py
+"""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+import torch
+
+if not torch.cuda.is_available():
+    os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported (conftest.py does it first)
+pytest.importorskip("triton", reason="triton is not installed (pip install 'rpr-mt[triton]')")
+
+from rpr_mt.model.kernels import relative_attention, triton_shaw  # noqa: E402
+from rpr_mt.model.masks import as_4d  # noqa: E402
+
+from ..reference import reference_attention  # noqa: E402
+from ..test_attention import make_inputs, make_mask  # noqa: E402
+
+pytestmark = pytest.mark.triton
+
+if not (triton_shaw.interpreting() or torch.cuda.is_available()):
+    pytest.skip("no CUDA device and TRITON_INTERPRET is not 1: the kernels cannot run", allow_module_level=True)
+
+F64 = torch.float64
+INTERPRETED = triton_shaw.interpreting()
+DEVICE = "cpu" if INTERPRETED else "cuda"
+DTYPE = F64 if INTERPRETED else torch.float32
+TOL = 1e-9 if INTERPRETED else 1e-4
+NAMES = ["out", "q", "k", "v", "rel_k", "rel_v", "bias"]
+
+
+def to_run(tensors):
+    """The kernels' copies of float64 CPU leaves: on the run device and dtype, requiring grad."""
+    return [None if t is None else t.detach().to(DEVICE, DTYPE).requires_grad_() for t in tensors]
+
+
+def output_grad(shape):
+    gen = torch.Generator().manual_seed(7)
+    return torch.randn(shape, dtype=F64, generator=gen)
+
+
+def with_grads(out, leaves):
+    """[out, d out/d leaf for each leaf that is not None], the output gradient fixed by the shape."""
+    live = [t for t in leaves if t is not None]
+    grad_out = output_grad(out.shape).to(out.device, out.dtype)
+    return [out.detach()] + list(torch.autograd.grad(out, live, grad_out))
+
+
+def check(actual, expected, names, tol=TOL):
+    assert len(actual) == len(expected)
+    for name, a, e in zip(names, actual, expected):
+        torch.testing.assert_close(a.double().cpu(), e, atol=tol, rtol=tol, msg=lambda m: f"{name}: {m}")
+
+
+def reference(inputs, clip, mask, offset, bias=None, keep=None, dropout_p=0.0):
+    out = reference_attention(*inputs, clip or 0, mask, offset, keep, dropout_p, bias=bias)
+    return with_grads(out, [*inputs, bias])
+
+
+def names_of(inputs, bias=None):
+    return [n for n, t in zip(NAMES, [0, *inputs, bias]) if t is not None]
+
+
+# (B, H, Lq, Lk, d, clip, offset, mask, per-head tables, key table, value table)
+CASES = {
+    "k1-padding-head-KV": (1, 2, 20, 20, 4, 1, 0, "padding", True, True, True),  # all three kinds of tile
+    "k2-causal-shared-KV": (2, 1, 20, 20, 4, 2, 0, "causal", False, True, True),
+    "k3-nomask-head-K-d16": (1, 2, 18, 18, 16, 3, 0, None, True, True, False),
+    "k3-causal+padding-head-V": (1, 2, 18, 18, 8, 3, 0, "causal+padding", True, False, True),
+    "k2-deadrow-shared-K": (2, 1, 17, 17, 4, 2, 0, "dead", False, True, False),
+    "k2-deadrow-head-V": (2, 1, 17, 17, 4, 2, 0, "dead", True, False, True),
+    "cached-3-queries-offset18": (1, 2, 3, 21, 4, 2, 18, "causal", True, True, True),
+    "cached-1-query-offset19": (1, 2, 1, 20, 4, 3, 19, "padding", False, True, True),
+    "Lq>Lk": (1, 2, 22, 9, 4, 4, 0, None, True, True, True),
+    "k0": (1, 2, 16, 20, 4, 0, 0, "padding", True, True, True),
+    "random-full-mask": (1, 2, 20, 20, 4, 2, 0, "random", True, True, True),
+    "k40-beyond-every-distance": (1, 2, 12, 12, 4, 40, 0, "causal", True, True, True),  # 23 buckets used, 32 wide
+    "content-only": (1, 2, 20, 20, 8, None, 0, "padding", True, False, False),
+}
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_matches_reference(case):
+    batch, heads, q_len, k_len, dim, clip, offset, mask_kind, per_head, use_key, use_value = CASES[case]
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip or 0, per_head, use_key, use_value)
+    mask = make_mask(mask_kind, batch, heads, q_len, k_len, offset)
+    expected = reference(inputs, clip, mask, offset)
+    run = to_run(inputs)
+    out = relative_attention(*run, clip=clip, attn_mask=None if mask is None else mask.to(DEVICE), offset=offset,
+                             impl="triton")
+    assert out.dtype == DTYPE and out.shape == (batch, heads, q_len, dim)
+    check(with_grads(out, run), expected, names_of(inputs))
+    if mask_kind == "dead":
+        assert out[-1, 0, 1].abs().max() == 0
+
+
+@pytest.mark.parametrize("blocks", [(32, 16), (16, 32)], ids=["BM32-BN16", "BM16-BN32"])
+def test_rectangular_tiles(blocks):
+    """Tiles with BM != BN: the band's tile kinds and the interior buckets do not assume square tiles."""
+    batch, heads, q_len, k_len, dim, clip, offset = 1, 2, 20, 23, 4, 2, 3
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, True, True, True, seed=2)
+    mask = make_mask("causal", batch, heads, q_len, k_len, offset)
+    expected = reference(inputs, clip, mask, offset)
+    run = to_run(inputs)
+    out = triton_shaw.triton_relative_attention(*run, None, as_4d(mask.to(DEVICE)), None, clip, offset, 0.0,
+                                                blocks=triton_shaw.Blocks(*blocks, 1, 1))
+    check(with_grads(out, run), expected, names_of(inputs))
+
+
+def test_frozen_tables():
+    """Tables that need no gradient (frozen, or inference under autograd for q only): the kernels skip the table
+    gradients and keeping fold(P); q, k, v still match."""
+    batch, heads, q_len, k_len, dim, clip = 1, 2, 18, 18, 4, 2
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, True, True, True, seed=9)
+    mask = make_mask("causal", batch, heads, q_len, k_len, 0)
+    expected = reference(inputs, clip, mask, 0)[:4]  # out and the gradients of q, k, v
+    run = to_run(inputs[:3]) + [t.detach().to(DEVICE, DTYPE) for t in inputs[3:]]
+    out = relative_attention(*run, clip=clip, attn_mask=mask.to(DEVICE), impl="triton")
+    check(with_grads(out, run[:3]), expected, NAMES[:4])
+
+
+BIAS_SHAPES = {  # -> how the kernel reduces the bias gradient
+    "per-head [H,Lq,Lk]": lambda b, h, q, k: (h, q, k),  # summed over the batch: atomic adds of tiles
+    "per-key [B,H,1,Lk]": lambda b, h, q, k: (b, h, 1, k),  # summed over queries in the tile first
+    "per-query [B,H,Lq,1]": lambda b, h, q, k: (b, h, q, 1),  # summed over keys in the tile first
+    "full [B,H,Lq,Lk]": lambda b, h, q, k: (b, h, q, k),  # plain stores
+}
+
+
+@pytest.mark.parametrize("shape", list(BIAS_SHAPES), ids=list(BIAS_SHAPES))
+def test_bias_matches_reference(shape):
+    batch, heads, q_len, k_len, dim, clip, offset = 2, 1, 17, 19, 4, 2, 2
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, True, True, True, seed=1)
+    gen = torch.Generator().manual_seed(3)
+    bias = (torch.randn(BIAS_SHAPES[shape](batch, heads, q_len, k_len), dtype=F64, generator=gen) * 2).requires_grad_()
+    mask = make_mask("dead", batch, heads, q_len, k_len, offset)
+    expected = reference(inputs, clip, mask, offset, bias)
+    run = to_run([*inputs, bias])
+    out = relative_attention(*run[:5], clip=clip, attn_mask=mask.to(DEVICE), offset=offset, bias=run[5],
+                             impl="triton")
+    check(with_grads(out, run), expected, names_of(inputs, bias))
+
+
+def test_seeded_dropout_matches_reference_with_the_replayed_mask():
+    """relative_attention draws the kernels' dropout seed from torch's generator; replaying the seed and drawing
+    the mask with ``dropout_keep_mask`` gives the keep mask the kernels used in the forward and backward pass."""
+    batch, heads, q_len, k_len, dim, clip, p = 1, 2, 20, 20, 4, 2, 0.5
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, True, True, True, seed=4)
+    mask = make_mask("causal", batch, heads, q_len, k_len, 0)
+    run = to_run(inputs)
+    torch.manual_seed(123)
+    out = relative_attention(*run, clip=clip, attn_mask=mask.to(DEVICE), dropout_p=p, impl="triton")
+    actual = with_grads(out, run)
+    torch.manual_seed(123)
+    keep = triton_shaw.dropout_keep_mask(triton_shaw.draw_seed(), (batch, heads, q_len, k_len), p, DEVICE).cpu()
+    assert 0.3 < keep.float().mean() < 0.7
+    check(actual, reference(inputs, clip, mask, 0, keep=keep, dropout_p=p), names_of(inputs))
+
+
+def test_explicit_keep_mask_matches_reference():
+    batch, heads, q_len, k_len, dim, clip, p = 2, 1, 18, 18, 4, 3, 0.3
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, False, True, True, seed=5)
+    mask = make_mask("padding", batch, heads, q_len, k_len, 0)
+    keep = torch.rand(batch, heads, q_len, k_len, generator=torch.Generator().manual_seed(6)) >= p
+    run = to_run(inputs)
+    out = triton_shaw.triton_relative_attention(*run, None, as_4d(mask.to(DEVICE)), None, clip, 0, p,
+                                                keep=keep.to(DEVICE))
+    check(with_grads(out, run), reference(inputs, clip, mask, 0, keep=keep, dropout_p=p), names_of(inputs))
+
+
+def test_dropout_mask_is_reproducible_and_drops_at_the_rate():
+    shape = (2, 2, 32, 50)
+    first = triton_shaw.dropout_keep_mask(11, shape, 0.25, DEVICE)
+    assert torch.equal(first, triton_shaw.dropout_keep_mask(11, shape, 0.25, DEVICE))
+    assert not torch.equal(first, triton_shaw.dropout_keep_mask(12, shape, 0.25, DEVICE))
+    assert not torch.equal(first[0, 0], first[0, 1])  # every (batch, head) matrix draws its own
+    assert abs(first.float().mean().item() - 0.75) < 0.03  # 6,400 draws: 5.5 standard deviations
+
+
+@pytest.mark.skipif(not INTERPRETED, reason="float32 on the CPU: the interpreter")
+def test_float32_close_to_float64_reference():
+    batch, heads, q_len, k_len, dim, clip, offset = 1, 2, 19, 19, 8, 2, 0
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip, True, True, True, seed=8)
+    mask = make_mask("causal+padding", batch, heads, q_len, k_len, offset)
+    low = [t.detach().float().requires_grad_() for t in inputs]
+    out = relative_attention(*low, clip=clip, attn_mask=mask, impl="triton")
+    assert out.dtype == torch.float32
+    check(with_grads(out, low), reference(inputs, clip, mask, offset), names_of(inputs), tol=2e-5)
+
+
+def test_unavailable_is_a_clear_error(monkeypatch):
+    q, k, v, rk, rv = make_inputs(1, 1, 4, 4, 4, 1, True, True, True)
+    if INTERPRETED:  # the interpreter takes CPU tensors only; a meta tensor stands for a device tensor
+        with pytest.raises(ValueError, match="interpreter"):
+            triton_shaw.triton_relative_attention(*(t.to("meta") for t in (q, k, v, rk, rv)), None, None, None,
+                                                  1, 0, 0.0)
+    monkeypatch.setattr(triton_shaw, "triton", None)
+    with pytest.raises(ValueError, match=r"needs the triton package \(pip install 'rpr-mt\[triton\]'\)"):
+        relative_attention(q, k, v, rk, rv, clip=1, impl="triton")

@@ -1,0 +1,149 @@
+"""The parts of scripts/gpu_check.sh that a CPU can check: argument parsing, the plan, the table and its verdicts
+(from canned measurements), and the GPU benchmarks' --dry-run tables. The GPU itself is checked by running it."""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def load(relative: str):
+    spec = importlib.util.spec_from_file_location(Path(relative).stem, REPO / relative)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+def run(*command: str) -> subprocess.CompletedProcess:
+    return subprocess.run(list(command), cwd=REPO, capture_output=True, text=True, timeout=120)
+
+
+def test_dry_run_prints_the_plan_and_the_table_without_a_gpu():
+    done = run("bash", "scripts/gpu_check.sh", "--dry-run", "--presets", "base", "big")
+    assert done.returncode == 0, done.stderr
+    out = done.stdout
+    for part in ("tests: ", "train: ", "ddp: torchrun --standalone", "bench: "):
+        assert part in out
+    assert "(dry run: nothing measured)" in out and "| check | result | goal |" in out
+    assert "| attention L=256 bf16: Shaw K+V Triton / SDPA flash, fwd+bwd | - | <= 1.3 (-) |" in out
+    assert "| cost: big relative, 300,000 updates x 25,000 tokens | - | from the measured tok/s |" in out
+
+
+def test_arguments_are_checked():
+    done = run(sys.executable, "scripts/gpu_check.py", "--parts", "nonsense")
+    assert done.returncode == 2 and "invalid choice" in done.stderr
+
+
+def canned(presets=("base",)) -> dict:
+    def train(scheme, tokens, rate, ratio, peak, memory):
+        return {"model": "base", "max_tokens": tokens, "scheme": scheme, "tokens_per_s": rate, "ratio": ratio,
+                "peak_mib": peak, "memory_ratio": memory}
+
+    return {
+        "tests": {"ok": True, "summary": "14 passed in 50.1s", "seconds": 52.0, "counts": {"passed": 14}},
+        "ddp": {"ok": True, "world": 1, "backend": "nccl", "agree": True, "gpus": 1},
+        "train": {"setup": "# training on H100", "rows": [
+            train("absolute", 3125, 100_000.0, 1.0, 10_000.0, 1.0),
+            train("relative", 3125, 80_000.0, 0.80, 13_000.0, 1.3),
+            train("relative-triton", 3125, 95_000.0, 0.95, 10_500.0, 1.05),
+            train("absolute", 25000, 120_000.0, 1.0, 20_000.0, 1.0),
+            train("relative", 25000, 102_000.0, 0.85, 30_000.0, 1.5),
+            train("relative-triton", 25000, 108_000.0, 0.90, 21_600.0, 1.08),
+        ]},
+        "bench": {"setup": "# relative attention on H100", "rows": [
+            {"L": 128, "B": 128, "sdpa_ms": 1.0, "kv_triton_ms": 1.2, "kv_torch_ms": 3.0, "blocks": "64x64 w4 s2"},
+            {"L": 256, "B": 64, "sdpa_ms": 2.0, "kv_triton_ms": 2.8, "kv_torch_ms": 7.0},
+        ]},
+    }
+
+
+def test_table_from_measurements_states_each_goal():
+    gpu_check = load("scripts/gpu_check.py")
+    args = gpu_check.parse_args(["--lengths", "128", "256"])
+    env = {"gpu": "NVIDIA H100", "gpus": 1, "torch": "2.x", "cuda": "12", "triton": "3.9.0"}
+    text = gpu_check.render(canned(), args, env)
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in text.splitlines() if line.startswith("| ")}
+    assert "14 passed in 50.1s (52 s)" in rows["GPU unit tests (pytest -m 'gpu')"]
+    assert "ok: 1 process(es), backend nccl, parameters equal on all ranks: True" in rows["torchrun + NCCL, DDP worker"]
+    speed = rows["train base bf16, 3,125 tokens/batch: tok/s relative / absolute"]
+    assert "0.950 (relative-triton; torch path 0.800, Triton 0.950)" in speed and ">= 0.93 (met)" in speed
+    assert ">= 0.93 (NOT met)" in rows["train base bf16, 25,000 tokens/batch: tok/s relative / absolute"]
+    assert "<= 1.1 (met)" in rows["train base bf16, 3,125 tokens/batch: peak memory relative / absolute"]
+    assert "1.20x (1.20 vs 1.00 ms; torch path 3.00x) | <= 1.3 (met)" in rows[
+        "attention L=128 bf16: Shaw K+V Triton / SDPA flash, fwd+bwd"]
+    assert "<= 1.3 (NOT met)" in rows["attention L=256 bf16: Shaw K+V Triton / SDPA flash, fwd+bwd"]
+    # 100,000 updates x 25,000 tokens at 100,000 tok/s = 6.9 GPU-hours; relative at the faster 95,000 tok/s
+    assert "| 7 GPU-hours (0.9 h on 8 GPUs) |" in rows["cost: base absolute, 100,000 updates x 25,000 tokens"]
+    assert "| 7 GPU-hours (0.9 h on 8 GPUs) |" in rows["cost: base relative, 100,000 updates x 25,000 tokens"]
+    # the detailed tables follow, in the benchmarks' own formats
+    assert "| base | 3,125 | relative-triton | 95,000 | 0.950 | 10,500 | 1.050 |" in text
+    assert "| 128 | 128 | 1.00 | 1.20 | 1.20x | - | - | 3.00 | 3.00x | - / - / - | 64x64 w4 s2 |" in text
+
+
+@pytest.mark.parametrize("script", ["benchmarks/bench_gpu_attention.py", "benchmarks/bench_gpu_train.py"])
+def test_gpu_benchmarks_dry_run(script, tmp_path):
+    done = run(sys.executable, script, "--dry-run", "--json", str(tmp_path / "rows.json"))
+    assert done.returncode == 0, done.stderr
+    lines = done.stdout.splitlines()
+    assert lines[0].startswith("# ") and lines[1].startswith("| ") and set(lines[2]) <= set("|-: ")
+    assert (tmp_path / "rows.json").is_file()
+    module = load(script)
+    assert isinstance(module.parse_args([]), argparse.Namespace)
+
+
+def interpreted(*command: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    import os
+
+    env = {**os.environ, "TRITON_INTERPRET": "1"}
+    return subprocess.run(list(command), cwd=REPO, capture_output=True, text=True, timeout=timeout, env=env)
+
+
+@pytest.mark.triton
+def test_attention_benchmark_measures_on_the_cpu_in_the_interpreter(tmp_path):
+    """Every code path of the measurement (tile candidates, K/V-only rows, the torch path, memory), on tiny shapes in
+    Triton's interpreter, so that a GPU session does not find a bug in it."""
+    pytest.importorskip("triton")
+    done = interpreted(sys.executable, "benchmarks/bench_gpu_attention.py", "--device", "cpu", "--dtype", "fp32",
+                       "--lengths", "16", "--tokens", "16", "--heads", "1", "--dim", "16", "--clip", "2",
+                       "--repeats", "1", "--warmup", "0", "--blocks", "16,16,1,1", "16,32,1,1", "--mask", "padding",
+                       "--json", str(tmp_path / "rows.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    row = __import__("json").loads((tmp_path / "rows.json").read_text())["rows"][0]
+    assert {"sdpa_ms", "kv_triton_ms", "k_triton_ms", "v_triton_ms", "kv_torch_ms", "blocks"} <= set(row)
+
+
+@pytest.mark.triton
+@pytest.mark.slow
+def test_training_benchmark_trains_every_scheme_on_the_cpu_in_the_interpreter(tmp_path):
+    pytest.importorskip("triton")
+    done = interpreted(sys.executable, "benchmarks/bench_gpu_train.py", "--device", "cpu", "--tiny", "--vocab", "100",
+                       "--max-tokens", "120", "--updates", "1", "--warmup", "0", "--repeats", "1", "--precision",
+                       "fp32", "--json", str(tmp_path / "rows.json"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    rows = __import__("json").loads((tmp_path / "rows.json").read_text())["rows"]
+    assert [r["scheme"] for r in rows] == ["absolute", "relative", "relative-triton"]
+    assert all(r["tokens_per_s"] > 0 for r in rows)
+
+
+@pytest.mark.slow
+def test_ddp_worker_under_torchrun_on_the_cpu(tmp_path):
+    """The torchrun part's worker, with gloo on two CPU processes instead of NCCL on GPUs: DDP keeps the ranks'
+    parameters equal although every rank trains on its own data."""
+    import json
+    import os
+
+    report = tmp_path / "ddp.json"
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node", "2",
+                           "scripts/gpu_check.py", "--ddp-worker", "--ddp-device", "cpu", "--out", str(report)],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = json.loads(report.read_text())
+    assert result["world"] == 2 and result["backend"] == "gloo" and result["agree"] is True
