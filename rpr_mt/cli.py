@@ -13,12 +13,18 @@ import sys
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
 
-import typer
-from typer.core import TyperCommand, TyperGroup
+# OpenMP threads that wait for a sibling spin by default; when another process holds a core, the spinning thread burns
+# the core its sibling needs. Sleeping at once (PASSIVE) cost nothing measurable on a quiet 2-core machine and made
+# training 1.6x (beside a busy loop) to 4x (beside another training) faster (docs/benchmarks.md, "CPU threads").
+# libgomp reads this once, when torch loads it, so it is set before any command imports torch; a user's own value wins.
+os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
 
-import rpr_mt
-from rpr_mt.config import Config, load_config
-from rpr_mt.errors import UserError
+import typer  # noqa: E402
+from typer.core import TyperCommand, TyperGroup  # noqa: E402
+
+import rpr_mt  # noqa: E402
+from rpr_mt.config import Config, load_config  # noqa: E402
+from rpr_mt.errors import UserError  # noqa: E402
 
 
 def _no_type_on_flags(params: list) -> list:

@@ -4,7 +4,8 @@ The model is only used through::
 
     model.pad_id, model.bos_id, model.eos_id, model.max_positions
     model.encode(src) -> enc                     enc.reorder(index) -> enc   (index_select along the batch)
-    model.init_decoder_state(enc) -> state       state.reorder(index)        (in place; may shrink the batch)
+    model.init_decoder_state(enc) -> state       state.reorder(index, cross)  (in place; may shrink the batch;
+                                                 cross=False keeps the cross-attention caches as they are)
     model.decode_step(tokens[B, n], enc, state) -> logits[B, n, V]   (appends to the cache in ``state``)
     model.forward(src, tgt_in) -> logits[B, T, V]                    (only with ``full_prefix=True``)
 
@@ -104,19 +105,30 @@ class _Decoder:
         lprobs[:, self.model.bos_id] = -math.inf
         return lprobs
 
-    def select(self, index: Tensor) -> None:
-        """Keep rows ``index`` (in that order): beam back-pointers, and dropping finished sentences."""
+    def select(self, index: Tensor, same_sources: bool = False) -> None:
+        """Keep rows ``index`` (in that order): beam back-pointers, and dropping finished sentences.
+
+        ``same_sources``: every row keeps a row of the same source (back-pointers within each sentence's beam, no
+        sentence dropped). The encoder output and the cross-attention caches are equal on those rows, so only the
+        target-side caches move; copying the rest every step cost ~15% of beam search's time."""
         if self.full_prefix:
-            self.src = self.src.index_select(0, index)
+            if not same_sources:
+                self.src = self.src.index_select(0, index)
         else:
-            self.enc = self.enc.reorder(index)
-            self.state.reorder(index)
+            if not same_sources:
+                self.enc = self.enc.reorder(index)
+            self.state.reorder(index, cross=not same_sources)
 
 
 def _force_eos(lprobs: Tensor, rows: Tensor, eos_id: int) -> Tensor:
-    """Rows where ``rows`` is True may only emit eos (keeping eos's own log-probability). [N, V] -> [N, V]."""
-    only_eos = torch.arange(lprobs.size(1), device=lprobs.device) != eos_id  # [V]
-    return lprobs.masked_fill(rows.unsqueeze(1) & only_eos.unsqueeze(0), -math.inf)
+    """Rows where ``rows`` is True may only emit eos (keeping eos's own log-probability). In place on those rows
+    only (most steps have none: a pass over [N, V] every step cost ~7% of beam search). [N, V] -> [N, V]."""
+    at_limit = rows.nonzero().squeeze(1)
+    if at_limit.numel():
+        eos = lprobs[at_limit, eos_id]
+        lprobs[at_limit] = -math.inf
+        lprobs[at_limit, eos_id] = eos
+    return lprobs
 
 
 @torch.inference_mode()
@@ -266,7 +278,7 @@ def beam_search(
         # One reorder per step: back-pointers and dropped sentences together.
         rows = rows.view(-1)  # [n'*k]
         prefix = torch.cat([prefix.index_select(0, rows), tokens.view(-1, 1)], dim=1)  # [n'*k, t+2]
-        decoder.select(rows)
+        decoder.select(rows, same_sources=len(still_open) == n)
 
     # Stable sort: among equal scores, the hypothesis that finished first wins.
     return [sorted(hyps, key=lambda h: -h.score)[:nbest] for hyps in finished]

@@ -41,9 +41,10 @@ class DecoderState:
     cross_caches: list[KVCache]  # one per decoder layer: projected encoder memory, computed once
     length: int = 0  # target positions decoded so far
 
-    def reorder(self, index: Tensor) -> None:
-        """Follow beam-search back-pointers: row b of the new state is row index[b] of the old."""
-        for cache in (*self.self_caches, *self.cross_caches):
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
+        """Follow beam-search back-pointers: row b of the new state is row index[b] of the old. ``cross=False``
+        leaves the cross-attention caches alone (the caller knows rows index[b] and b share their source)."""
+        for cache in (*self.self_caches, *(self.cross_caches if cross else ())):
             cache.reorder(index)
 
 

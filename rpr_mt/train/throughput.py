@@ -10,6 +10,7 @@ no machine-specific number.
 
 from __future__ import annotations
 
+import os
 import statistics
 
 __all__ = ["ThroughputMonitor", "slowdown_warning"]
@@ -61,5 +62,7 @@ def slowdown_warning(rate: float, reference: float, step: int, device_type: str,
         return text + "; is another job using this device?"
     advice = ("set train.num_threads=1 (one thread loses less to a busy core)" if threads > 1
               else "stop the other CPU-bound work")
+    if os.environ.get("OMP_WAIT_POLICY", "").upper() != "PASSIVE":  # `rpr-mt` sets it unless the user chose another
+        advice += ", or start the run with OMP_WAIT_POLICY=PASSIVE"
     return (text + f"; another process is probably using the CPU cores ({threads} intra-op thread(s) here): "
-            f"{advice}, or start the run with OMP_WAIT_POLICY=PASSIVE (see docs/benchmarks.md)")
+            f"{advice} (see docs/benchmarks.md)")

@@ -48,7 +48,7 @@ class StubState:
         self.prefixes: list[list[int]] = [[] for _ in range(batch)]  # tokens fed after bos, per row
         self.length = 0
 
-    def reorder(self, index: Tensor) -> None:
+    def reorder(self, index: Tensor, cross: bool = True) -> None:
         self.prefixes = [list(self.prefixes[i]) for i in index.tolist()]
 
 

@@ -367,3 +367,29 @@ def test_real_model_beam_one_equals_greedy(positions: str, eos_bias: float) -> N
     greedy_hyps = greedy_search(model, src, max_len_a=1.0, max_len_b=4, length_penalty=0.6)
     beam_hyps = beam_search(model, src, beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=4)
     assert_same(greedy_hyps, [b[0] for b in beam_hyps], tol=1e-5)
+
+
+def test_encoder_output_moves_only_when_a_sentence_is_dropped(monkeypatch) -> None:
+    """Back-pointers stay within a sentence's beam, where the encoder output and cross-attention caches are equal:
+    those are reordered only on the steps that drop a finished sentence (the results are checked above)."""
+    from . import StubEncoderOutput, StubState
+
+    calls = {"enc": 0, "state": 0, "cross": 0}
+    enc_reorder, state_reorder = StubEncoderOutput.reorder, StubState.reorder
+
+    def count_enc(self, index):
+        calls["enc"] += 1
+        return enc_reorder(self, index)
+
+    def count_state(self, index, cross=True):
+        calls["state"] += 1
+        calls["cross"] += cross
+        return state_reorder(self, index, cross)
+
+    monkeypatch.setattr(StubEncoderOutput, "reorder", count_enc)
+    monkeypatch.setattr(StubState, "reorder", count_state)
+    model = ScriptedModel(random_script(7, list(range(4, 12)), eos_bias=0.3))
+    hyps = beam_search(model, make_src(SOURCES), beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=3)
+    assert len(hyps) == len(SOURCES)
+    # one reorder to expand the batch to beams, then one per sentence-dropping step (fewer than the sentences)
+    assert calls["state"] > calls["cross"] and 1 <= calls["enc"] - 1 == calls["cross"] < len(SOURCES)

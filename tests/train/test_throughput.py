@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 from rpr_mt.train.throughput import ThroughputMonitor, slowdown_warning
@@ -47,9 +49,30 @@ def test_invalid_settings_are_rejected():
         ThroughputMonitor(patience=0)
 
 
-def test_the_warning_gives_cpu_advice_on_cpu_only():
+def test_the_warning_gives_cpu_advice_on_cpu_only(monkeypatch):
+    monkeypatch.delenv("OMP_WAIT_POLICY", raising=False)
     cpu = slowdown_warning(1000, 9000, 600, "cpu", threads=2)
     assert cpu.startswith("warning: training slowed to 1,000 target tokens/s at update 600, 11% of this run's early")
     assert "train.num_threads=1" in cpu and "OMP_WAIT_POLICY=PASSIVE" in cpu
     assert "train.num_threads=1" not in slowdown_warning(1000, 9000, 600, "cpu", threads=1)
     assert "OMP_WAIT_POLICY" not in slowdown_warning(1000, 9000, 600, "cuda", threads=2)
+
+
+def test_the_warning_does_not_advise_the_wait_policy_already_in_effect(monkeypatch):
+    monkeypatch.setenv("OMP_WAIT_POLICY", "passive")
+    text = slowdown_warning(1000, 9000, 600, "cpu", threads=2)
+    assert "train.num_threads=1" in text and "OMP_WAIT_POLICY" not in text
+
+
+def test_the_cli_sleeps_waiting_openmp_threads_unless_told_otherwise():
+    """`rpr-mt` sets OMP_WAIT_POLICY=PASSIVE before torch (and so libgomp) is loaded; a user's value is kept."""
+    import subprocess
+    import sys
+
+    probe = "import sys, os, rpr_mt.cli; print(os.environ['OMP_WAIT_POLICY'], 'torch' in sys.modules)"
+    env = {k: v for k, v in os.environ.items() if k != "OMP_WAIT_POLICY"}
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["PASSIVE", "False"]
+    env["OMP_WAIT_POLICY"] = "ACTIVE"
+    out = subprocess.run([sys.executable, "-c", probe], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == ["ACTIVE", "False"]

@@ -32,6 +32,7 @@ from rpr_mt.model.dropout import drop_rate, keep_mask
 from rpr_mt.model.kernels import native
 from rpr_mt.model.kernels.fused import FusedRelativeAttention
 from rpr_mt.model.kernels.gather import relative_attention_gather
+from rpr_mt.model.kernels.geometry import relative_position_index
 from rpr_mt.model.masks import as_4d, mask_bias, revive_dead_rows
 
 __all__ = ["IMPLEMENTATIONS", "choose_impl", "content_attention", "relative_attention"]
@@ -102,16 +103,17 @@ def relative_attention(
     clip: int | None,
     attn_mask: Tensor | None = None,
     bias: Tensor | None = None,
+    bucket_bias: Tensor | None = None,
     offset: int = 0,
     dropout_p: float = 0.0,
     impl: str = "auto",
     chunk_bytes: int | None = None,
     save_probs: bool | None = None,
 ) -> Tensor:
-    """Relation-aware scaled dot-product attention, Shaw et al. (2018) equations (3)-(4), with an optional bias.
+    """Relation-aware scaled dot-product attention, Shaw et al. (2018) equations (3)-(4), with optional biases.
 
-        e_ij = q_i . (k_j + rel_k[r_ij]) / sqrt(d) + bias_ij,  z_i = sum_j softmax_j(e_ij) (v_j + rel_v[r_ij]),
-        r_ij = clip(j - (i + offset), -clip, clip) + clip.
+        e_ij = q_i . (k_j + rel_k[r_ij]) / sqrt(d) + bias_ij + bucket_bias[r_ij],
+        z_i = sum_j softmax_j(e_ij) (v_j + rel_v[r_ij]),   r_ij = clip(j - (i + offset), -clip, clip) + clip.
 
     Args:
         q: [B, H, Lq, d] queries.
@@ -122,6 +124,10 @@ def relative_attention(
         attn_mask: boolean, broadcastable to [B, H, Lq, Lk], True = may attend. Rows with no allowed key give
             zeros (and zero gradients).
         bias: float, broadcastable to [B, H, Lq, Lk]: added to the scaled logits (differentiable).
+        bucket_bias: float [2*clip+1] or [H, 2*clip+1]: added to the scaled logit of each pair by its bucket r_ij
+            (differentiable), a term of the distance alone such as Transformer-XL's v . W_R R. With rel_k on the
+            native path it is added to the [Lq, 2*clip+1] table products before they are placed (O(L) work);
+            elsewhere it is spread into ``bias``.
         offset: absolute position of the first query; queries sit at offset .. offset + Lq - 1 and keys at
             0 .. Lk - 1 (cached decoding).
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
@@ -149,16 +155,21 @@ def relative_attention(
     batch, heads, q_len, dim = q.shape
     k_len = k.shape[2]
     tables = rel_k is not None or rel_v is not None
-    if tables:
+    if tables or bucket_bias is not None:
         if clip is None or clip < 0:
-            raise ValueError(f"clip must be an int >= 0 when a relative table is given, got {clip}")
+            raise ValueError(f"clip must be an int >= 0 when a relative table or bucket_bias is given, got {clip}")
+        expected_bias = [(2 * clip + 1,), (heads, 2 * clip + 1)]
+        if bucket_bias is not None and (not bucket_bias.is_floating_point() or tuple(bucket_bias.shape) not in expected_bias):
+            raise ValueError(f"bucket_bias must be a float [2*clip+1] or [H, 2*clip+1] = {expected_bias}, "
+                             f"got {bucket_bias.dtype} {tuple(bucket_bias.shape)}")
+    if tables:
         for name, table in (("rel_k", rel_k), ("rel_v", rel_v)):
             expected = [(2 * clip + 1, dim), (heads, 2 * clip + 1, dim)]
             if table is not None and tuple(table.shape) not in expected:
                 raise ValueError(f"{name} must be [2*clip+1, d] or [H, 2*clip+1, d] = {expected}, got {tuple(table.shape)}")
         if impl == "sdpa":
             raise ValueError("impl='sdpa' computes content attention only (no relative tables)")
-    else:
+    elif bucket_bias is None:
         clip = 0
     if k_len == 0:  # nothing to attend to: every row is dead
         return q.new_zeros(q.shape)
@@ -166,10 +177,11 @@ def relative_attention(
     # never read, so a clip k above it equals that distance on the table's middle rows (the unused rows get zero
     # gradients either way). The paper's k = 64 and 256 on ~30-token sentences then do 2L-1 table products, not 2k+1.
     reach = max(offset + q_len - 1, k_len - 1 - offset)
-    if tables and clip > reach:
+    if (tables or bucket_bias is not None) and clip > reach:
         middle = slice(clip - reach, clip + reach + 1)
         rel_k = None if rel_k is None else rel_k[..., middle, :]
         rel_v = None if rel_v is None else rel_v[..., middle, :]
+        bucket_bias = None if bucket_bias is None else bucket_bias[..., middle]
         clip = reach
 
     device_type = q.device.type
@@ -178,11 +190,16 @@ def relative_attention(
     rel_k = None if rel_k is None else rel_k.to(dtype)
     rel_v = None if rel_v is None else rel_v.to(dtype)
     bias = _bias_4d(bias, (batch, heads, q_len, k_len), dtype)
-    needs_grad = _needs_grad(q, k, v, rel_k, rel_v, bias)
+    bucket_bias = None if bucket_bias is None else bucket_bias.to(dtype)
+    needs_grad = _needs_grad(q, k, v, rel_k, rel_v, bias, bucket_bias)
     if impl == "auto":
         impl = choose_impl(q, k_len, tables=tables, needs_grad=needs_grad)
     elif impl == "native" and not native.available(q):
         raise ValueError(f"impl='native' needs float32 CPU tensors and a C compiler (got {dtype} on {q.device})")
+    if bucket_bias is not None and not (impl == "native" and rel_k is not None):
+        spread = bucket_bias[..., relative_position_index(q_len, k_len, clip, offset, q.device)]  # [H?, Lq, Lk]
+        bias = _bias_4d(spread if bias is None else bias + spread, (batch, heads, q_len, k_len), dtype)
+        bucket_bias = None
 
     mask, dead = None, None
     if attn_mask is not None:
@@ -207,8 +224,9 @@ def relative_attention(
             # inference (translation) keeps nothing for a backward pass
             save_probs = needs_grad and _fits_saved_probs(q, k_len)
         function = native.NativeRelativeAttention if impl == "native" else FusedRelativeAttention
+        extra = () if bucket_bias is None else (bucket_bias,)  # only the native Function takes it (above)
         return function.apply(
-            q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs
+            q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs, *extra
         )
 
 

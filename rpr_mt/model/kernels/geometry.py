@@ -26,7 +26,9 @@ __all__ = [
     "place",
     "place_offdiag",
     "place_parts",
+    "distance_range",
     "relative_distance",
+    "toeplitz",
     "relative_position_index",
 ]
 
@@ -188,3 +190,22 @@ def relative_distance(q_len: int, k_len: int, offset: int = 0, device: torch.dev
     query_pos = torch.arange(offset, offset + q_len, device=device)  # [Lq]
     key_pos = torch.arange(k_len, device=device)  # [Lk]
     return key_pos[None, :] - query_pos[:, None]
+
+
+def distance_range(q_len: int, k_len: int, offset: int = 0, device: torch.device | str | None = None) -> Tensor:
+    """LongTensor [q_len + k_len - 1] of every distance j - (i + offset) in a call, ascending: the values of a
+    per-distance term before ``toeplitz`` spreads them over the [Lq, Lk] pairs."""
+    return torch.arange(-(offset + q_len - 1), k_len - offset, device=device)
+
+
+def toeplitz(values: Tensor, q_len: int, k_len: int) -> Tensor:
+    """values [..., q_len + k_len - 1], one per entry of ``distance_range``, spread to [..., q_len, k_len]:
+    out[..., i, j] = values[..., j - i + q_len - 1].
+
+    A bias that depends on j - i only (T5, ALiBi) is computed on the Lq + Lk - 1 distances and spread here, so the
+    per-distance work (buckets, table lookups, their gradients) is O(L) instead of O(L^2): the windows of ``unfold``
+    read the values with stride 1 in j, and a flip of the rows turns window Lq - 1 - i into row i. The backward pass
+    sums the gradient along the diagonals (unfold's backward), again without an O(L^2) index."""
+    if values.size(-1) != q_len + k_len - 1:
+        raise ValueError(f"values must have q_len + k_len - 1 = {q_len + k_len - 1} entries, got {values.size(-1)}")
+    return values.unfold(-1, k_len, 1).flip(-2)

@@ -213,7 +213,7 @@ class NativeRelativeAttention(torch.autograd.Function):
     @staticmethod
     def forward(  # type: ignore[override]
         ctx, q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip: int, offset: int, dropout_p: float,
-        chunk_bytes: int, save_probs: bool,
+        chunk_bytes: int, save_probs: bool, bucket_bias: Tensor | None = None,
     ) -> Tensor:
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
@@ -222,7 +222,7 @@ class NativeRelativeAttention(torch.autograd.Function):
         if bias is not None and (bias.size(-1) != k_len or bias.stride(-1) != 1):
             bias = bias.expand(*bias.shape[:-1], k_len).contiguous()
         ctx.config = (clip, offset, dropout_p, chunk_bytes)
-        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config)
+        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, bucket_bias=bucket_bias)
         probs = torch.empty(heads, batch, q_len, k_len) if save_probs else None
         folded = None if rel_v is None else torch.empty(heads, batch, q_len, 2 * clip + 1)
         out = torch.empty(heads, batch, q_len, dim)  # head-major [H, B, Lq, d]
@@ -236,7 +236,7 @@ class NativeRelativeAttention(torch.autograd.Function):
                 add_times_table_(out_c, f_c, rel_v, hs)
         if dead is not None:
             out.masked_fill_(dead.transpose(0, 1), 0)
-        ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep)
+        ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep, bucket_bias)
         ctx.bufs = rows.bufs  # reused by the backward pass: on CPU their pages are then already mapped
         ctx.whole = rows.whole  # the head-major q, k, v copies, if made
         return out.transpose(0, 1)
@@ -244,11 +244,11 @@ class NativeRelativeAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep = ctx.saved_tensors
+        q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep, bucket_bias = ctx.saved_tensors
         clip, offset, dropout_p, _ = ctx.config
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
-        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, ctx.bufs, ctx.whole)
+        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, ctx.bufs, ctx.whole, bucket_bias)
         bufs = rows.bufs
         grad_q = torch.empty(heads, batch, q_len, dim)  # head-major
         grad_k = torch.empty(heads, batch, k_len, dim)
@@ -256,6 +256,7 @@ class NativeRelativeAttention(torch.autograd.Function):
         grad_rel_k = None if rel_k is None else torch.zeros_like(rel_k)
         grad_rel_v = None if rel_v is None else torch.zeros_like(rel_v)
         grad_bias_h = None if bias is None or not ctx.needs_input_grad[5] else torch.zeros_like(rows.bias_h)
+        grad_bucket = None if bucket_bias is None or not ctx.needs_input_grad[14] else torch.zeros_like(bucket_bias)
         go_h = grad_out.transpose(0, 1)
 
         for hs, bs in rows.chunks():
@@ -285,20 +286,27 @@ class NativeRelativeAttention(torch.autograd.Function):
             if fold_ds is not None:
                 add_times_table_(gq_c, fold_ds, rel_k, hs)
                 add_table_grad_(grad_rel_k, fold_ds, q_c, hs)
+                if grad_bucket is not None:  # the bucket term's gradient: dS summed per bucket, over rows
+                    if grad_bucket.dim() == 1:
+                        grad_bucket.add_(fold_ds.sum((0, 1, 2)))
+                    else:
+                        grad_bucket[hs].add_(fold_ds.sum((1, 2)))
         grad_q.mul_(dim**-0.5)  # the chunk's queries were scaled, so grad_k and the table gradients are final
         grad_bias = None if grad_bias_h is None else grad_bias_h.transpose(0, 1)
         grads = (grad_q.transpose(0, 1), grad_k.transpose(0, 1), grad_v.transpose(0, 1), grad_rel_k, grad_rel_v)
-        return grads + (grad_bias,) + (None,) * 8
+        return grads + (grad_bias,) + (None,) * 8 + (grad_bucket,)
 
 
 class _RowKernels:
     """What forward and backward share: the chunking, the chunk copies and the forward row kernel."""
 
     def __init__(
-        self, q, k, v, rel_k, bias, mask, keep, config, bufs: ChunkBuffers | None = None, whole=None
+        self, q, k, v, rel_k, bias, mask, keep, config, bufs: ChunkBuffers | None = None, whole=None,
+        bucket_bias: Tensor | None = None,
     ) -> None:
         self.q_h, self.k_h, self.v_h = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, B, L, d] views
         self.rel_k = rel_k
+        self.bucket_bias = bucket_bias
         self.bias_h = None if bias is None else bias.transpose(0, 1)
         self.mask_h = None if mask is None else _bytes(mask.transpose(0, 1))
         self.keep_h = None if keep is None else _bytes(keep.transpose(0, 1))
@@ -332,6 +340,9 @@ class _RowKernels:
         the probabilities the output uses. Returns those: p, or with ``dropped`` the dropped ones (a chunk buffer)."""
         bmm_into(q_c, k_c.transpose(-1, -2), p)
         key_buckets = None if self.rel_k is None else times_table_t(q_c, self.rel_k, hs)
+        if self.bucket_bias is not None:  # [R] or [H, R], on the bucket's logit like q . rel_k[r]
+            b = self.bucket_bias
+            key_buckets.add_(b if b.dim() == 1 else b[hs][:, None, None, :])
         p_dropped = self.bufs("dropped", tuple(p.shape)) if dropped else None
         torch.ops.rpr_mt.relative_rows_forward(
             p, key_buckets, block(self.mask_h, hs, bs), block(self.keep_h, hs, bs) if dropped else None,

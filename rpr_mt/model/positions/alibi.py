@@ -14,7 +14,7 @@ import torch
 from torch import Tensor
 
 from rpr_mt.config import ModelConfig
-from rpr_mt.model.kernels.geometry import relative_distance
+from rpr_mt.model.kernels.geometry import distance_range, toeplitz
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
 
 __all__ = ["ALiBiBias", "ALiBiPositions", "alibi_slopes"]
@@ -41,8 +41,8 @@ class ALiBiBias(AttentionPositions):
         self.register_buffer("slopes", alibi_slopes(n_heads).float(), persistent=False)
 
     def logit_bias(self, q_len: int, k_len: int, offset: int, device: torch.device) -> Tensor:
-        distance = relative_distance(q_len, k_len, offset, device).abs()  # [Lq, Lk]
-        return -self.slopes[:, None, None] * distance  # [H, Lq, Lk]
+        distance = distance_range(q_len, k_len, offset, device).abs()  # [Lq + Lk - 1]
+        return toeplitz(-self.slopes[:, None] * distance, q_len, k_len)  # [H, Lq, Lk]
 
 
 class ALiBiPositions(PositionScheme):

@@ -16,7 +16,7 @@ import torch
 from torch import Tensor, nn
 
 from rpr_mt.config import ModelConfig
-from rpr_mt.model.kernels.geometry import relative_distance
+from rpr_mt.model.kernels.geometry import distance_range, toeplitz
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
 
 __all__ = ["T5Bias", "T5Positions", "t5_relative_bucket"]
@@ -82,9 +82,9 @@ class T5Bias(AttentionPositions):
     def logit_bias(self, q_len: int, k_len: int, offset: int, device: torch.device) -> Tensor:
         table = self.table if self.table is not None else self._shared[0]
         buckets = t5_relative_bucket(
-            relative_distance(q_len, k_len, offset, device), self.bidirectional, self.num_buckets, self.max_distance
-        )  # [Lq, Lk]
-        return table(buckets).permute(2, 0, 1)  # [H, Lq, Lk]
+            distance_range(q_len, k_len, offset, device), self.bidirectional, self.num_buckets, self.max_distance
+        )  # [Lq + Lk - 1]
+        return toeplitz(table(buckets).t(), q_len, k_len)  # [H, Lq, Lk]
 
 
 class T5Positions(PositionScheme):

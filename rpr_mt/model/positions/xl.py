@@ -7,8 +7,8 @@ Fixed-Length Context", Section 3.3.
 with R the sinusoids of the relative distance i - j (not learned), W_R a learned projection per layer, and u, v
 learned per head (shared by the layers of a stack as in the paper, or per layer by ``model.xl.per_layer_biases``).
 The position half has the shape of Shaw et al.'s key term with the table P_r = W_R R at distance r, so it runs on the
-same kernels: Shaw K-only attention of the queries q + v with table P, plus the per-key bias (u - v) . k_j, gives
-(q + v) . (k_j + P_r) + (u - v) . k_j = (q + u) . k_j + (q + v) . P_r. Distances are clipped at
+same kernels: Shaw K-only attention of the queries q + u with table P, plus the per-bucket term (v - u) . P_r, gives
+(q + u) . (k_j + P_r) + (v - u) . P_r = (q + u) . k_j + (q + v) . P_r. Distances are clipped at
 ``model.xl.clip`` if set (else every distance in the call has its own R); logits are scaled by 1/sqrt(d_head).
 """
 
@@ -62,10 +62,12 @@ class XLAttention(AttentionPositions):
         clip = reach if self.clip is None else min(self.clip, reach)
         biases = self.biases if self.biases is not None else self._shared[0]
         u, pos_bias = biases.u.to(q.dtype), biases.v.to(q.dtype)
-        table = self.position_table(clip, q.device)
-        key_bias = torch.einsum("hd,bhjd->bhj", u - pos_bias, k)[:, :, None, :] * d_head**-0.5  # [B, H, 1, Lk]
+        table = self.position_table(clip, q.device)  # [H, 2c+1, d_head]
+        # (q + u) . (k_j + P_r) + (v - u) . P_r = (q + u) . k_j + (q + v) . P_r: the position bias v enters as a term
+        # per bucket, [H, 2c+1], which the native kernel adds to its table products (no [B, H, Lq, Lk] bias)
+        bucket_bias = torch.einsum("hd,hrd->hr", pos_bias - u, table) * d_head**-0.5
         return relative_attention(
-            q + pos_bias[:, None, :], k, v, table, None, clip=clip, attn_mask=attn_mask, bias=key_bias,
+            q + u[:, None, :], k, v, table, None, clip=clip, attn_mask=attn_mask, bucket_bias=bucket_bias,
             offset=offset, dropout_p=dropout_p,
         )
 

@@ -8,6 +8,7 @@ import torch
 
 from rpr_mt import native
 from rpr_mt.model.kernels import relative_attention
+from rpr_mt.model.kernels.geometry import relative_position_index
 from rpr_mt.model.kernels.native import relative_rows_forward
 
 from ..reference import reference_attention
@@ -57,6 +58,47 @@ def run_reference(inputs, clip, mask, offset, bias):
     live = [t for t in inputs if t is not None] + [bias]
     gen = torch.Generator().manual_seed(5)
     return [out] + list(torch.autograd.grad(out, live, torch.randn(out.shape, dtype=F64, generator=gen)))
+
+
+@pytest.mark.parametrize("impl", ["native", "fused", "gather"])
+@pytest.mark.parametrize("shared", [False, True], ids=["per-head", "shared"])
+@pytest.mark.parametrize("clip", [2, 30], ids=["clipped", "beyond-reach"])
+@pytest.mark.parametrize("tables", ["k", "kv", "none"])
+def test_bucket_bias_matches_its_spread_as_a_bias(impl, shared, clip, tables):
+    """bucket_bias[r_ij] (Transformer-XL's v . W_R R) equals the same values spread to a [H, Lq, Lk] bias: on the
+    native path with rel_k it is added to the table products, elsewhere spread; outputs and every gradient."""
+    batch, heads, q_len, k_len, dim, offset = 2, 3, 9, 11, 4, 2
+    inputs = list(make_inputs(batch, heads, q_len, k_len, dim, clip, True, tables != "none", tables == "kv", seed=1))
+    gen = torch.Generator().manual_seed(4)
+    bucket = torch.randn((2 * clip + 1,) if shared else (heads, 2 * clip + 1), dtype=F64, generator=gen)
+    mask = make_mask("dead", batch, heads, q_len, k_len, offset)
+    bucket_ref = bucket.clone().requires_grad_()
+    spread = bucket_ref[..., relative_position_index(q_len, k_len, clip, offset)]
+    out = reference_attention(*inputs, clip, mask, offset, bias=spread)
+    live = [t for t in inputs if t is not None] + [bucket_ref]
+    grad_out = torch.randn(out.shape, dtype=F64, generator=gen)
+    expected = [out, *torch.autograd.grad(out, live, grad_out)]
+
+    if impl == "native":
+        if native._compiler() is None:
+            pytest.skip("no C compiler")
+        inputs = [None if t is None else t.detach().float().requires_grad_() for t in inputs]
+        bucket = bucket.float()
+    bucket.requires_grad_()
+    actual = relative_attention(*inputs, clip=clip, impl=impl, attn_mask=mask, offset=offset, bucket_bias=bucket)
+    live = [t for t in inputs if t is not None] + [bucket]
+    actual = [actual, *torch.autograd.grad(actual, live, grad_out.to(actual.dtype))]
+    tol = 2e-5 if impl == "native" else 1e-7
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a.double(), e, atol=tol, rtol=tol)
+
+
+def test_bucket_bias_shape_is_checked():
+    q = k = v = torch.randn(1, 2, 3, 4)
+    with pytest.raises(ValueError, match="bucket_bias must be"):
+        relative_attention(q, k, v, None, None, clip=1, bucket_bias=torch.zeros(4))
+    with pytest.raises(ValueError, match="clip must be"):
+        relative_attention(q, k, v, None, None, clip=None, bucket_bias=torch.zeros(3))
 
 
 def test_infinities_and_nan_keep_their_ieee_meaning_in_the_c_kernel():
