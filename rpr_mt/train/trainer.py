@@ -358,6 +358,15 @@ def train(
                   f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
         return TrainResult(run_dir, 0, 0, "dry_run", None, None, count_parameters(model))
 
+    # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    if t.init_from is not None and not ckpt.list_step_checkpoints(run_dir):  # a resumed run no longer reads it
+        try:
+            ckpt.resolve_checkpoint(t.init_from, "best")
+        except UserError as exc:
+            raise UserError(f"train.init_from: {exc}") from None
+
     # -- run directory: refuse to mix two different runs ------------------------------------------------------------
     config_path = run_dir / "config.yaml"
     if dd.is_main:
