@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import functools
 import logging
+import math
 import os
 import sys
 from pathlib import Path
@@ -142,6 +143,8 @@ def translate(
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens)
     lines = read_lines(input)
+    if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
+        raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
     outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device), progress=input != "-")
     _write_lines(output, outputs)
 
@@ -167,7 +170,10 @@ def eval_bleu(
     """sacreBLEU (+ signature), chrF and the paper's tokenized BLEU with compound splitting."""
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.evaluate import format_scores, language_from_path, score
+    from rpr_mt.languages import ISO_639_1
 
+    if lang is not None and lang not in ISO_639_1:  # the tokenized BLEU's Moses rules fall back silently on unknown codes
+        raise UserError(f"--lang must be a two-letter ISO 639-1 language code such as en, de or fr (got {lang!r})")
     if checkpoint is not None:
         if hyp is not None:
             raise UserError("give either --hyp/--ref or --checkpoint, not both")
@@ -302,6 +308,8 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
     decode = dataclasses.replace(cfg.decode, **changes)
     if decode.beam_size < 1:
         raise UserError(f"--beam-size must be >= 1 (got {decode.beam_size})")
+    if not math.isfinite(decode.length_penalty) or decode.length_penalty < 0:
+        raise UserError(f"--length-penalty must be a finite number >= 0 (got {decode.length_penalty})")
     if decode.nbest < 1 or decode.nbest > decode.beam_size:
         raise UserError(f"--nbest must be between 1 and the beam size {decode.beam_size} (got {decode.nbest})")
     if decode.max_tokens < 1:

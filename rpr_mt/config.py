@@ -27,6 +27,7 @@ import yaml
 
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
+from rpr_mt.languages import ISO_639_1
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sections
@@ -175,6 +176,9 @@ class Config:
     def validate(self) -> "Config":
         """Reject impossible combinations with a message naming the key."""
         d, m, t, dec = self.data, self.model, self.train, self.decode
+        for key in ("src_lang", "tgt_lang"):  # the BLEU tokenizer's language: a typo must not change the score silently
+            _require(getattr(d, key) in ISO_639_1, f"data.{key} must be a two-letter ISO 639-1 language code such as "
+                     f"en, de or fr (got {getattr(d, key)!r})")
         _require(d.vocab_size >= 16, "data.vocab_size must be at least 16")
         _require(d.max_words > 0, "data.max_words must be positive")
         _require(d.max_train_tokens is None or d.max_train_tokens > 0, "data.max_train_tokens must be positive")
@@ -309,7 +313,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
             where = f" line {mark.line + 1}" if mark is not None else ""
             raise UserError(f"{path}:{where} invalid YAML: {getattr(exc, 'problem', exc)}") from None
         if loaded is None:
-            loaded = {}
+            raise UserError(f"{path}: the config file is empty (configs/demo.yaml is a small complete example)")
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: the top level must be a mapping of sections (data, model, train, decode)")
         raw = loaded

@@ -24,6 +24,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from sacremoses import MosesTokenizer
 
 from rpr_mt.errors import UserError
+from rpr_mt.languages import ISO_639_1
 
 # tensor2tensor's compound splitting. ``re.ASCII`` makes ``\S`` mean "not ASCII whitespace", like Perl's ``\S`` on
 # the undecoded UTF-8 bytes that ``perl -ple`` sees (so e.g. a no-break space counts as non-space in both).
@@ -34,15 +35,6 @@ TOK_BLEU_DESCRIPTION = (
     "(tensor2tensor get_ende_bleu.sh; sacrebleu tokenize=none, smooth=none)"
 )
 
-
-# ISO 639-1: the two-letter language codes, as in file names like newstest2014.de or test.de.gz.
-ISO_639_1 = frozenset("""
-aa ab ae af ak am an ar as av ay az ba be bg bh bi bm bn bo br bs ca ce ch co cr cs cu cv cy da de dv dz ee el en
-eo es et eu fa ff fi fj fo fr fy ga gd gl gn gu gv ha he hi ho hr ht hu hy hz ia id ie ig ii ik io is it iu ja jv ka
-kg ki kj kk kl km kn ko kr ks ku kv kw ky la lb lg li ln lo lt lu lv mg mh mi mk ml mn mr ms mt my na nb nd ne ng nl
-nn no nr nv ny oc oj om or os pa pi pl ps pt qu rm rn ro ru rw sa sc sd se sg si sk sl sm sn so sq sr ss st su sv sw
-ta te tg th ti tk tl tn to tr ts tt tw ty ug uk ur uz ve vi vo wa wo xh yi yo za zh zu
-""".split())
 
 
 def language_from_path(path: str | Path) -> Optional[str]:

@@ -18,6 +18,10 @@ FIXTURE = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
 OTHER = Path(__file__).parent / "model" / "fixtures" / "old_abs_sinusoidal.pt"
 
 
+class _Pickled:
+    """An object that a weights_only load refuses (it would run code to rebuild it)."""
+
+
 def setup(root: Path) -> dict[str, str]:
     """Files the cases refer to, by name."""
     (root / "run" / "checkpoints").mkdir(parents=True)
@@ -45,6 +49,50 @@ def setup(root: Path) -> dict[str, str]:
     (root / "eps.yaml").write_text("train:\n  adam_eps: -1.0e-9\n", encoding="utf-8")
     (root / "nan.yaml").write_text("train:\n  peak_lr: .nan\n", encoding="utf-8")
     (root / "notyaml.yaml").write_text("model: [\n", encoding="utf-8")
+    (root / "empty.en").write_text("", encoding="utf-8")
+    (root / "bad.txt").write_bytes(b"x y\n\xc3\x28\n")
+    (root / "text.pt").write_text("not a checkpoint\n", encoding="utf-8")
+    (root / "not_a_run").mkdir()
+    (root / "afile").write_text("x\n", encoding="utf-8")
+    missing_keys = dict(raw)
+    missing_keys.pop("model")
+    missing_keys.pop("checksum", None)
+    torch.save(missing_keys, root / "nomodel.pt")
+    misfit = torch.load(FIXTURE, weights_only=True)
+    misfit.pop("checksum", None)
+    misfit["config"]["model"]["d_model"] = 2 * misfit["config"]["model"]["d_model"]
+    torch.save(misfit, root / "misfit.pt")
+    torch.save({"fn": _Pickled()}, root / "code.pt")
+    for name, text in {
+        "heads.yaml": "model:\n  d_model: 10\n  n_heads: 4\n",
+        "dropout.yaml": "model:\n  dropout: 1.5\n",
+        "clip.yaml": "model:\n  clip: -1\n",
+        "scheme.yaml": "model:\n  positions: rotary\n",
+        "tokens.yaml": "train:\n  max_tokens: 0\n",
+        "list.yaml": "model: [1, 2]\n",
+        "toplist.yaml": "- model\n",
+        "empty.yaml": "",
+        "section.yaml": "trainer:\n  seed: 1\n",
+        "final.yaml": "train:\n  final_lr_fraction: -0.5\n",
+        "lp.yaml": "decode:\n  length_penalty: .nan\n",
+        "beam.yaml": "decode:\n  beam_size: 0\n",
+        "vocab.yaml": "data:\n  vocab_size: -5\n",
+        "bool.yaml": "model:\n  use_key: maybe\n",
+        "runfile.yaml": f"train:\n  run_dir: {root / 'afile'}\n",
+        "initfrom.yaml": f"train:\n  init_from: {root / 'nope.pt'}\n",
+        "tok.yaml": "data:\n  tgt_lang: klingon\n",
+    }.items():
+        (root / name).write_text(text, encoding="utf-8")
+    (root / "mismatch.en").write_text("a\nb\nc\n", encoding="utf-8")
+    (root / "mismatch.de").write_text("a\nb\n", encoding="utf-8")
+    (root / "badtrain.de").write_bytes(b"a\n\xff\xfe\nc\n")
+    (root / "three.en").write_text("a\nb\nc\n", encoding="utf-8")
+    (root / "empty.de").write_text("", encoding="utf-8")
+    for name, (src, tgt) in {"mismatch_files.yaml": ("mismatch.en", "mismatch.de"),
+                             "utf8_files.yaml": ("three.en", "badtrain.de"),
+                             "empty_files.yaml": ("empty.en", "empty.de")}.items():
+        (root / name).write_text(f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
+                                 f"    train: {{src: {root / src}, tgt: {root / tgt}}}\n", encoding="utf-8")
     (root / "files.yaml").write_text(f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
                                      f"    train: {{src: {root / 'src.en'}, tgt: {root / 'missing.de'}}}\n",
                                      encoding="utf-8")
@@ -115,6 +163,72 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("export: per-head Shaw tables", lambda r: ["export", f"{r}/model.pt", "--output", f"{r}/ct2"],
      "share_across_heads=true"),
     ("export: missing checkpoint", lambda r: ["export", f"{r}/nope.pt", "--output", f"{r}/ct2"], "checkpoint not found"),
+    # --- more cases: checkpoints of the wrong kind, decoding options, every config class, data, plot, export
+    ("translate: not a checkpoint", lambda r: ["translate", "--checkpoint", f"{r}/text.pt", "-i", f"{r}/src.en"],
+     "text.pt"),
+    ("translate: checkpoint with code", lambda r: ["translate", "--checkpoint", f"{r}/code.pt", "-i", f"{r}/src.en"],
+     "code.pt"),
+    ("translate: checkpoint without weights", lambda r: ["translate", "--checkpoint", f"{r}/nomodel.pt", "-i",
+                                                         f"{r}/src.en"], "nomodel.pt"),
+    ("translate: weights that do not fit the config", lambda r: ["translate", "--checkpoint", f"{r}/misfit.pt", "-i",
+                                                                 f"{r}/src.en"], "misfit.pt"),
+    ("translate: directory that is not a run", lambda r: ["translate", "--checkpoint", f"{r}/not_a_run"],
+     "not_a_run"),
+    ("translate: input is a directory", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i",
+                                                   f"{r}/outdir"], "outdir"),
+    ("translate: empty input", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/empty.en"],
+     "empty.en"),
+    ("translate: beam size 0", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                          "--beam-size", "0"], "--beam-size"),
+    ("translate: max tokens 0", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                           "--max-tokens", "0"], "--max-tokens"),
+    ("translate: negative length penalty", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i",
+                                                      f"{r}/src.en", "--length-penalty", "-1"], "length"),
+    ("translate: unknown device", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                             "--device", "tpu"], "--device"),
+    ("eval-bleu: invalid UTF-8 hypotheses", lambda r: ["eval-bleu", "--hyp", f"{r}/bad.txt", "--ref", f"{r}/ref.de"],
+     "bad.txt: line 2: invalid UTF-8"),
+    ("eval-bleu: missing hypotheses", lambda r: ["eval-bleu", "--hyp", f"{r}/nope.txt", "--ref", f"{r}/ref.de"],
+     "nope.txt: file not found"),
+    ("eval-bleu: unknown language", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref", f"{r}/ref.txt",
+                                               "--lang", "klingon"], "klingon"),
+    ("eval-bleu: truncated checkpoint", lambda r: ["eval-bleu", "--checkpoint", f"{r}/truncated.pt"],
+     "truncated.pt is corrupt or truncated"),
+    ("average: a truncated input", lambda r: ["average-checkpoints", f"{r}/model.pt", f"{r}/truncated.pt", "-o",
+                                              f"{r}/avg.pt"], "truncated.pt"),
+    ("average: output is a directory", lambda r: ["average-checkpoints", f"{r}/run", "--last", "1", "-o",
+                                                  f"{r}/outdir"], "outdir is a directory"),
+    ("average: missing input", lambda r: ["average-checkpoints", f"{r}/nope.pt", f"{r}/model.pt", "-o",
+                                          f"{r}/avg.pt"], "nope.pt"),
+    ("train: heads do not divide d_model", lambda r: ["train", "--config", f"{r}/heads.yaml"], "n_heads"),
+    ("train: dropout above 1", lambda r: ["train", "--config", f"{r}/dropout.yaml"], "model.dropout"),
+    ("train: negative clip", lambda r: ["train", "--config", f"{r}/clip.yaml"], "model.clip"),
+    ("train: unknown scheme", lambda r: ["train", "--config", f"{r}/scheme.yaml"], "model.positions"),
+    ("train: max tokens 0", lambda r: ["train", "--config", f"{r}/tokens.yaml"], "train.max_tokens"),
+    ("train: section is a list", lambda r: ["train", "--config", f"{r}/list.yaml"], "model"),
+    ("train: config is a list", lambda r: ["train", "--config", f"{r}/toplist.yaml"], "toplist.yaml"),
+    ("train: empty config", lambda r: ["train", "--config", f"{r}/empty.yaml"], "empty.yaml"),
+    ("train: unknown section", lambda r: ["train", "--config", f"{r}/section.yaml"], "trainer"),
+    ("train: negative final lr fraction", lambda r: ["train", "--config", f"{r}/final.yaml"],
+     "train.final_lr_fraction"),
+    ("train: NaN length penalty", lambda r: ["train", "--config", f"{r}/lp.yaml"], "decode.length_penalty"),
+    ("train: beam size 0", lambda r: ["train", "--config", f"{r}/beam.yaml"], "decode.beam_size"),
+    ("train: negative vocabulary", lambda r: ["train", "--config", f"{r}/vocab.yaml"], "data.vocab_size"),
+    ("train: not a boolean", lambda r: ["train", "--config", f"{r}/bool.yaml"], "model.use_key"),
+    ("train: run_dir is a file", lambda r: ["train", "--config", f"{r}/runfile.yaml"], "afile"),
+    ("train: init_from missing", lambda r: ["train", "--config", f"{r}/initfrom.yaml"], "nope.pt"),
+    ("train: unknown BLEU tokenizer", lambda r: ["train", "--config", f"{r}/tok.yaml"], "klingon"),
+    ("prepare: mismatched parallel files", lambda r: ["prepare", "--config", f"{r}/mismatch_files.yaml"],
+     "mismatch"),
+    ("prepare: invalid UTF-8 in training data", lambda r: ["prepare", "--config", f"{r}/utf8_files.yaml"],
+     "badtrain.de:2: invalid UTF-8"),
+    ("prepare: empty training data", lambda r: ["prepare", "--config", f"{r}/empty_files.yaml"], "empty"),
+    ("plot: run without metrics", lambda r: ["plot", f"{r}/empty_run"], "metrics.jsonl"),
+    ("plot: missing run", lambda r: ["plot", f"{r}/nope_run"], "nope_run"),
+    ("export: unknown quantization", lambda r: ["export", f"{r}/model.pt", "--output", f"{r}/ct2", "--quantization",
+                                                "int3"], "--quantization"),
+    ("export: truncated checkpoint", lambda r: ["export", f"{r}/truncated.pt", "--output", f"{r}/ct2"],
+     "truncated.pt is corrupt or truncated"),
 ]
 
 

@@ -289,5 +289,9 @@ def load_for_inference(
     config = config_from_dict(payload["config"], origin=str(resolved))
     vocab = vocab_from_payload(payload["vocab"])
     model = Seq2Seq(config.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    model.load_state_dict(payload["model"])
+    try:
+        model.load_state_dict(payload["model"])
+    except RuntimeError as exc:  # torch lists every mismatch over many lines: name the file and the first one
+        first = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), str(exc))
+        raise UserError(f"{resolved}: its weights do not fit the model its config describes ({first})") from None
     return model.to(device).eval(), config, vocab, resolved

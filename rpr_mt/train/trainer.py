@@ -6,7 +6,9 @@ of each, so W processes compute the same update as one process with the same glo
 checkpoints, metrics and logs.
 
 Resuming restores model, optimizer, grad scaler, RNG states and the (epoch, batch) position, so an interrupted and
-resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The
+resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The run state
+is one ``TrainState`` (``state.py``), which builds and reads the checkpoint payload; the loop below reads top to
+bottom, with the batch order (``_Batches``) and the log window (``_Window``) beside it. The
 ``budget`` schedule depends on wall-clock time and is therefore not bit-reproducible.
 """
 
@@ -44,6 +46,7 @@ from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.batching import Batch, EpochIterator, collate, make_batches, usable_examples
 from rpr_mt.train.loss import label_smoothed_nll
 from rpr_mt.train.schedule import learning_rate
+from rpr_mt.train.state import TrainState
 from rpr_mt.train.throughput import ThroughputMonitor, slowdown_warning
 
 # Train keys that may change between an interrupted run and its resumption (stopping rules, logging, threads).
@@ -358,6 +361,15 @@ def train(
                   f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
         return TrainResult(run_dir, 0, 0, "dry_run", None, None, count_parameters(model))
 
+    # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    if t.init_from is not None and not ckpt.list_step_checkpoints(run_dir):  # a resumed run no longer reads it
+        try:
+            ckpt.resolve_checkpoint(t.init_from, "best")
+        except UserError as exc:
+            raise UserError(f"train.init_from: {exc}") from None
+
     # -- run directory: refuse to mix two different runs ------------------------------------------------------------
     config_path = run_dir / "config.yaml"
     if dd.is_main:
@@ -400,32 +412,15 @@ def train(
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
 
     # -- resume -----------------------------------------------------------------------------------------------------
-    step, epoch, position, elapsed_before = 0, 0, 0, 0.0
-    tokens_before: int | None = 0  # target tokens of the invocations before this one (None: not recorded)
-    schedule_origin: float | None = None  # elapsed seconds at the first update (the budget schedule's zero)
-    best_bleu: float | None = None
-    best_loss = math.inf
-    bad_validations = 0
+    state = TrainState()
     found = ckpt.latest_valid_checkpoint(run_dir, warn=log)
     vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
     if found is not None:
-        path, state = found
-        if state["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
+        path, payload = found
+        if payload["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
             raise UserError(f"{path} was trained with another vocabulary than {data_dir / 'spm.model'}")
-        model.load_state_dict(state["model"])
-        optimizer.load_state_dict(state["optimizer"])
-        if state.get("scaler"):
-            scaler.load_state_dict(state["scaler"])
-        torch.set_rng_state(state["rng"]["torch"])
-        if device.type == "cuda" and state["rng"].get("cuda") is not None:
-            torch.cuda.set_rng_state(state["rng"]["cuda"], device)
-        step, epoch, position = state["step"], state["epoch"], state["position"]
-        elapsed_before = state["elapsed"]
-        tokens_before = state.get("target_tokens")
-        schedule_origin = state.get("schedule_origin")
-        best_bleu, best_loss = state.get("best_bleu"), state.get("best_loss", math.inf)
-        bad_validations = state.get("bad_validations", 0)
-        log(f"resuming from {path} (update {step}, epoch {epoch + 1}, batch {position})")
+        state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device)
+        log(f"resuming from {path} (update {state.step}, epoch {state.epoch + 1}, batch {state.position})")
         if t.init_from is not None:
             log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
     elif t.init_from is not None:
@@ -436,7 +431,7 @@ def train(
         if t.lr_schedule == "budget":
             raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
                             "time-budget run with --set train.max_time=SECONDS (its new total) instead")
-        t = dataclasses.replace(t, max_steps=step + more_steps, max_epochs=None, max_time=None, patience=None)
+        t = dataclasses.replace(t, max_steps=state.step + more_steps, max_epochs=None, max_time=None, patience=None)
         cfg = dataclasses.replace(cfg, train=t)
         log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")
     if dd.is_main:
@@ -449,102 +444,50 @@ def train(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
 
-    def make_state(**changes: Any) -> dict[str, Any]:
-        """The checkpoint payload; ``changes`` replace entries (the best checkpoint is written with the validation's
-        own scores before the loop's copies of them are updated)."""
-        return {
-            "format": ckpt.FORMAT,
-            "step": step,
-            "epoch": epoch,
-            "position": position,
-            "elapsed": elapsed_before + (time.monotonic() - start_time),
-            "target_tokens": run_target_tokens(),
-            "schedule_origin": schedule_origin,
-            "config": config_to_dict(cfg),
-            "vocab": vocab_info,
-            "model": model.state_dict(),
-            "optimizer": optimizer.state_dict(),
-            "scaler": scaler.state_dict() if scaler.is_enabled() else None,
-            "rng": {
-                "torch": torch.get_rng_state(),
-                "cuda": torch.cuda.get_rng_state(device) if device.type == "cuda" else None,
-            },
-            "best_bleu": best_bleu,
-            "best_loss": best_loss,
-            "bad_validations": bad_validations,
-            # the dev scores of these very weights, when they were validated (what `rpr-mt translate` reports)
-            "dev": last_dev if last_dev is not None and last_dev["step"] == step else None,
-            **changes,
-        }
+    total_target_tokens = 0  # this invocation's
+
+    def elapsed() -> float:  # the run's training seconds so far, all invocations
+        return state.elapsed_before + (time.monotonic() - start_time)
+
+    def make_payload(**changes: Any) -> dict[str, Any]:
+        tokens = None if state.tokens_before is None else state.tokens_before + total_target_tokens
+        return state.payload(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config_to_dict(cfg),
+                             vocab=vocab_info, elapsed=elapsed(), target_tokens=tokens, **changes)
 
     last_saved: Path | None = None
-    saved_step = -1
-    last_dev: dict[str, Any] | None = None  # the latest validation's scores and update
 
     def save() -> None:
-        nonlocal last_saved, saved_step
-        path = ckpt.step_checkpoint_path(run_dir, step)
+        nonlocal last_saved
+        path = ckpt.step_checkpoint_path(run_dir, state.step)
         if dd.is_main:
-            ckpt.save_checkpoint(make_state(), path)
+            ckpt.save_checkpoint(make_payload(), path)
             ckpt.prune_checkpoints(run_dir, t.keep_last, t.save_every)
-        last_saved, saved_step = path, step
+        last_saved = path
         dd.barrier()
 
-    def elapsed() -> float:
-        return elapsed_before + (time.monotonic() - start_time)
-
-    def run_target_tokens() -> int | None:  # the run's so far, all invocations (None: a checkpoint predates the count)
-        return None if tokens_before is None else tokens_before + total_target_tokens
-
-    logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, step, tensorboard=t.tensorboard)
-    monitor = ThroughputMonitor()
-    first_window = True  # it includes start-up work (kernel compilation, first allocations): not a rate to trust
+    batches = _Batches(train_data, train_indices, t, model, dd, state)
+    logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
+    window = _Window(ThroughputMonitor())
     stopped_by = ""
     bad_updates = 0
-    total_target_tokens = 0
-    def new_window() -> dict[str, float]:  # sums over the updates since the last log line
-        return {"loss": 0.0, "nll": 0.0, "tgt": 0, "src": 0, "time": time.monotonic()}
-
-    window = new_window()
-    def epoch_iterator(start: int) -> EpochIterator:
-        return EpochIterator(
-            train_data, train_indices, max_tokens=t.max_tokens, seed=t.seed, epoch=epoch, pad_id=model.pad_id,
-            bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=start,
-        )
-
-    iterator = epoch_iterator(position)
-    batches = iter(iterator)
-
-    def next_batch() -> Batch:
-        nonlocal iterator, batches, epoch, position
-        while True:
-            batch = next(batches, None)
-            if batch is not None:
-                position = iterator.position
-                return batch
-            epoch += 1
-            position = 0
-            iterator = epoch_iterator(0)
-            batches = iter(iterator)
 
     def budget_progress() -> float:
         """Used share of the time budget, counted from the first update so that set-up time (data preparation,
         model building) shortens the schedule instead of eating its warm-up."""
-        nonlocal schedule_origin
         if t.max_time is None:
             return 0.0
-        if schedule_origin is None:
-            schedule_origin = elapsed()
-        return (elapsed() - schedule_origin) / max(t.max_time - schedule_origin, 1e-9)
+        if state.schedule_origin is None:
+            state.schedule_origin = elapsed()
+        return (elapsed() - state.schedule_origin) / max(t.max_time - state.schedule_origin, 1e-9)
 
     def should_stop() -> str:
-        if t.max_steps is not None and step >= t.max_steps:
+        if t.max_steps is not None and state.step >= t.max_steps:
             return "max_steps"
-        if t.max_epochs is not None and epoch >= t.max_epochs:
+        if t.max_epochs is not None and state.epoch >= t.max_epochs:
             return "max_epochs"
         if t.max_time is not None and dd.all_true(elapsed() >= t.max_time, device):
             return "max_time"
-        if t.patience is not None and bad_validations >= t.patience:
+        if t.patience is not None and state.bad_validations >= t.patience:
             return "patience"
         return ""
 
@@ -554,9 +497,9 @@ def train(
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
                 stopped_by = "signal"
                 break
-            micro = [next_batch() for _ in range(t.update_freq)]
+            micro = [batches.next() for _ in range(t.update_freq)]
             update_tokens = sum(b.global_tgt_tokens for b in micro)
-            lr = learning_rate(t, cfg.model.d_model, step + 1, budget_progress())
+            lr = learning_rate(t, cfg.model.d_model, state.step + 1, budget_progress())
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum, nll_sum = 0.0, 0.0
@@ -572,12 +515,12 @@ def train(
             if not dd.all_true(math.isfinite(loss_sum), device):
                 optimizer.zero_grad(set_to_none=True)
                 bad_updates += 1
-                logger.message(f"update {step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")
+                logger.message(f"update {state.step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")
                 if bad_updates >= t.max_bad_updates:
                     logger.close()
                     raise UserError(
-                        f"{bad_updates} non-finite losses in a row at update {step + 1}: stopping; the last good "
-                        f"checkpoint is {last_saved or 'not yet written'} (try a lower learning rate or fp32)"
+                        f"{bad_updates} non-finite losses in a row at update {state.step + 1}: stopping; the last "
+                        f"good checkpoint is {last_saved or 'not yet written'} (try a lower learning rate or fp32)"
                     )
                 continue
             bad_updates = 0
@@ -587,52 +530,26 @@ def train(
             scaler.step(optimizer)
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
-            step += 1
+            state.step += 1
             total_target_tokens += update_tokens
-            window["loss"] += loss_sum
-            window["nll"] += nll_sum
-            window["tgt"] += update_tokens
-            window["src"] += sum(b.global_src_tokens for b in micro)
+            window.add(loss_sum, nll_sum, update_tokens, sum(b.global_src_tokens for b in micro))
 
-            if step % t.log_every == 0 or step == 1:
-                seconds = max(time.monotonic() - window["time"], 1e-9)
-                record = {
-                    "step": step, "epoch": epoch + 1, "loss": window["loss"] / max(window["tgt"], 1),
-                    "nll": window["nll"] / max(window["tgt"], 1), "lr": lr,
-                    "tgt_tok_s": window["tgt"] / seconds, "src_tok_s": window["src"] / seconds,
-                    "elapsed": elapsed(), "peak_mem_mb": _peak_memory_mb(device),
-                }
-                logger.record(record, (
-                    f"update {step} | epoch {epoch + 1} | loss {record['loss']:.3f} | lr {lr:.2e} | "
-                    f"{record['tgt_tok_s']:,.0f} tgt tok/s | {record['src_tok_s']:,.0f} src tok/s | "
-                    f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
-                logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}",
-                                      "tok/s": f"{record['tgt_tok_s']:,.0f}"})
-                if not first_window and (reference := monitor.observe(record["tgt_tok_s"])) is not None:
-                    logger.message(slowdown_warning(record["tgt_tok_s"], reference, step, device.type,
-                                                    torch.get_num_threads()))
-                first_window = False
-                window = new_window()
+            if state.step % t.log_every == 0 or state.step == 1:
+                window.log(state, lr, elapsed(), _peak_memory_mb(device), logger, device.type)
             else:
-                logger.advance(step)
+                logger.advance(state.step)
 
             paused = time.monotonic()
-            if step % t.validate_every == 0 and dev_data is not None:
-                best_bleu, best_loss, bad_validations, last_dev = _validate(
-                    model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
-                    bad_validations, make_state,
-                )
-            if step % t.save_every == 0:
+            if state.step % t.validate_every == 0 and dev_data is not None:
+                _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, make_payload)
+            if state.step % t.save_every == 0:
                 save()
-            window["time"] += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
+            window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
 
     # -- the end: a final validation and checkpoint -----------------------------------------------------------------
-    if dev_data is not None and step % t.validate_every != 0 and stopped_by != "signal" and step > 0:
-        best_bleu, best_loss, bad_validations, last_dev = _validate(
-            model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss, bad_validations,
-            make_state,
-        )
-    if saved_step != step:
+    if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
+        _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, make_payload)
+    if last_saved is None or last_saved != ckpt.step_checkpoint_path(run_dir, state.step):
         save()
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
         paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
@@ -642,15 +559,82 @@ def train(
         ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
         logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
     logger.message(
-        f"stopped by {stopped_by} at update {step} (epoch {epoch + 1}) after {elapsed():.0f}s; "
-        + (f"best dev BLEU {best_bleu:.2f}; " if best_bleu is not None else "")
+        f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {elapsed():.0f}s; "
+        + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
         + f"checkpoint {last_saved}"
     )
     logger.close()
     dd.barrier()
     seconds = time.monotonic() - start_time
-    return TrainResult(run_dir, step, epoch, stopped_by, best_bleu, last_saved, n_params, total_target_tokens,
-                       seconds, _peak_memory_mb(device), elapsed_before + seconds, run_target_tokens())
+    run_tokens = None if state.tokens_before is None else state.tokens_before + total_target_tokens
+    return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, last_saved, n_params,
+                       total_target_tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
+                       run_tokens)
+
+
+class _Batches:
+    """The training batches in order, across epochs, keeping ``state.epoch`` and ``state.position`` (the resume
+    point) up to date."""
+
+    def __init__(self, data, indices: np.ndarray, t: TrainConfig, model: Seq2Seq, dd: "_Distributed",
+                 state: TrainState) -> None:
+        self.data, self.indices, self.t, self.model, self.dd, self.state = data, indices, t, model, dd, state
+        self._start(state.position)
+
+    def _start(self, position: int) -> None:
+        t, model, dd = self.t, self.model, self.dd
+        self.iterator = EpochIterator(
+            self.data, self.indices, max_tokens=t.max_tokens, seed=t.seed, epoch=self.state.epoch, pad_id=model.pad_id,
+            bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=position,
+        )
+        self.batches = iter(self.iterator)
+
+    def next(self) -> Batch:
+        while True:
+            batch = next(self.batches, None)
+            if batch is not None:
+                self.state.position = self.iterator.position
+                return batch
+            self.state.epoch += 1
+            self.state.position = 0
+            self._start(0)
+
+
+class _Window:
+    """Sums over the updates since the last log line, and the log line itself."""
+
+    def __init__(self, monitor: ThroughputMonitor) -> None:
+        self.monitor = monitor
+        self.first = True  # the first window includes start-up work (compilation, first allocations): not a rate
+        self.reset()
+
+    def reset(self) -> None:
+        self.loss, self.nll, self.tgt, self.src, self.start = 0.0, 0.0, 0, 0, time.monotonic()
+
+    def add(self, loss: float, nll: float, tgt: int, src: int) -> None:
+        self.loss += loss
+        self.nll += nll
+        self.tgt += tgt
+        self.src += src
+
+    def log(self, state: TrainState, lr: float, elapsed: float, peak_mb: float, logger: "_Logger",
+            device_type: str) -> None:
+        seconds = max(time.monotonic() - self.start, 1e-9)
+        step = state.step
+        record = {
+            "step": step, "epoch": state.epoch + 1, "loss": self.loss / max(self.tgt, 1),
+            "nll": self.nll / max(self.tgt, 1), "lr": lr, "tgt_tok_s": self.tgt / seconds,
+            "src_tok_s": self.src / seconds, "elapsed": elapsed, "peak_mem_mb": peak_mb,
+        }
+        logger.record(record, (
+            f"update {step} | epoch {state.epoch + 1} | loss {record['loss']:.3f} | lr {lr:.2e} | "
+            f"{record['tgt_tok_s']:,.0f} tgt tok/s | {record['src_tok_s']:,.0f} src tok/s | "
+            f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
+        logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}", "tok/s": f"{record['tgt_tok_s']:,.0f}"})
+        if not self.first and (reference := self.monitor.observe(record["tgt_tok_s"])) is not None:
+            logger.message(slowdown_warning(record["tgt_tok_s"], reference, step, device_type, torch.get_num_threads()))
+        self.first = False
+        self.reset()
 
 
 def _init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, vocab_info: dict[str, Any],
@@ -684,46 +668,44 @@ def _init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer,
         f"optimizer {'reset' if t.reset_optimizer else 'state loaded'}; updates and schedule start at 0")
 
 
-def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, step, logger, best_bleu, best_loss,
-              bad_validations, make_state):
-    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement.
-
-    Returns the new (best_bleu, best_loss, bad_validations) and this validation's scores (``None`` off rank 0)."""
+def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainState, logger, make_payload) -> None:
+    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement. Updates the best
+    scores, the patience count and ``state.dev`` (this validation's scores; None off rank 0)."""
     t = cfg.train
     indices = usable_examples(dev_data, cfg.model.max_positions)
-    bleu = None
-    dev = None
-    record: dict[str, Any] = {"step": step}
+    record: dict[str, Any] = {"step": state.step}
+    state.dev = None
     if dd.is_main:
         nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
         record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
+        bleu = None
         if t.valid_bleu:
             bleu = dev_bleu(model, vocab, data_dir, cfg, device)
             if bleu is not None:
                 record["dev_bleu"] = bleu
-        dev = {"step": step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
+        dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
                "beam_size": t.valid_beam_size}
-        improved = (bleu is not None and (best_bleu is None or bleu > best_bleu)) or (
-            bleu is None and nll < best_loss
+        improved = (bleu is not None and (state.best_bleu is None or bleu > state.best_bleu)) or (
+            bleu is None and nll < state.best_loss
         )
         if improved:
-            best_bleu = bleu if bleu is not None else best_bleu
-            best_loss = min(best_loss, nll)
-            bad_validations = 0
-            ckpt.save_checkpoint(
-                make_state(best_bleu=best_bleu, best_loss=best_loss, bad_validations=0, dev=dev),
+            best_bleu = bleu if bleu is not None else state.best_bleu
+            best_loss = min(state.best_loss, nll)
+            ckpt.save_checkpoint(  # with its own scores: the state's are updated below
+                make_payload(best_bleu=best_bleu, best_loss=best_loss, bad_validations=0, dev=dev),
                 ckpt.checkpoint_dir(t.run_dir) / "checkpoint_best.pt",
             )
+            state.best_bleu, state.best_loss, state.bad_validations = best_bleu, best_loss, 0
         else:
-            bad_validations += 1
-        record["best_dev_bleu"] = best_bleu
+            state.bad_validations += 1
+        state.dev = dev
+        record["best_dev_bleu"] = state.best_bleu
         logger.record(record, None)
         logger.message(
-            f"validation at update {step}: dev nll {nll:.3f} | ppl {record['dev_ppl']:.2f}"
-            + (f" | dev BLEU {bleu:.2f} (best {best_bleu:.2f})" if bleu is not None else "")
+            f"validation at update {state.step}: dev nll {nll:.3f} | ppl {record['dev_ppl']:.2f}"
+            + (f" | dev BLEU {bleu:.2f} (best {state.best_bleu:.2f})" if bleu is not None else "")
         )
     if dd.world > 1:  # share the early-stopping state so every rank stops together
-        shared = [best_bleu, best_loss, bad_validations]
+        shared = [state.best_bleu, state.best_loss, state.bad_validations]
         dist.broadcast_object_list(shared, src=0)
-        best_bleu, best_loss, bad_validations = shared
-    return best_bleu, best_loss, bad_validations, dev
+        state.best_bleu, state.best_loss, state.bad_validations = shared

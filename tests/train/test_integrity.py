@@ -121,3 +121,43 @@ def test_killed_during_a_write_then_resumed_ends_as_an_uninterrupted_run(tmp_pat
     for key, tensor in final_weights(reference).items():
         assert torch.equal(tensor, final_weights(run)[key]), key
     assert not list(run.rglob(".*.tmp"))
+
+
+def test_a_run_stopped_off_the_save_grid_averages_and_keeps_what_an_uninterrupted_run_does(
+    tmp_path, demo_data, monkeypatch  # noqa: F811
+):
+    """SIGTERM after update 6 (saves are every 4): the run saves checkpoint 6 and stops; resumed to the end, the
+    kept checkpoints and checkpoint_avg.pt (the last 3 averaged) equal an uninterrupted run's, bit for bit."""
+    import signal
+
+    sections = {"train": {"max_steps": 12, "save_every": 4, "keep_last": 3, "average_last": 3,
+                          "validate_every": 100}}
+    reference = tmp_path / "reference"
+    train(config_from_dict(tiny(demo_data, reference, **sections)), progress=False)
+
+    run = tmp_path / "run"
+    cfg = config_from_dict(tiny(demo_data, run, **sections))
+    real_step, updates = torch.optim.Adam.step, []
+
+    def step_then_signal(self, *args, **kwargs):
+        out = real_step(self, *args, **kwargs)
+        updates.append(1)
+        if len(updates) == 6:
+            os.kill(os.getpid(), signal.SIGTERM)  # what `kill` or a cluster's pre-emption sends
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.optim.Adam, "step", step_then_signal)
+        stopped = train(cfg, progress=False)
+    assert stopped.step == 6 and stopped.stopped_by == "signal"
+    assert ckpt.list_step_checkpoints(run)[-1].name == "checkpoint_00000006.pt"
+    resumed = train(cfg, progress=False)
+    assert resumed.step == 12
+
+    names = [p.name for p in ckpt.list_step_checkpoints(run)]
+    assert names == [p.name for p in ckpt.list_step_checkpoints(reference)] == [
+        "checkpoint_00000004.pt", "checkpoint_00000008.pt", "checkpoint_00000012.pt"]
+    averaged, expected = (ckpt.load_checkpoint(ckpt.checkpoint_dir(r) / "checkpoint_avg.pt") for r in (run, reference))
+    assert averaged["model"].keys() == expected["model"].keys()
+    for key, tensor in expected["model"].items():
+        assert torch.equal(tensor, averaged["model"][key]), key
