@@ -10,6 +10,10 @@ measurements, and their range).
     python benchmarks/bench_train.py --schemes all --regimes multi30k --precisions fp32
     python benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
     python benchmarks/bench_train.py --malloc default   # without rpr_mt.host.keep_freed_memory (glibc's default)
+    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json runs/study_speed.json
+        # every cell of the position-scheme study (sweep table "schemes") with the study config's model and
+        # batch size, fp32, Multi30k lengths: the study table's "tok/s vs absolute" column (scripts/study_positions.py
+        # --report --speed-json), measured quietly instead of read from runs that shared the machine
 
 Regimes (token counts per sentence, target side; source similar):
     multi30k  lengths from the real Multi30k train split when ../shared is present (pieces ~ 1.25 x words),
@@ -96,8 +100,15 @@ def training_module(positions: str, args) -> tuple[Seq2Seq, TranslationLoss]:
     return model, TranslationLoss(model, 0.1).train()
 
 
-def measure(positions: str, precision: str, data: SyntheticIds, args) -> float:
-    model, module = training_module(positions, args)
+def measure(positions: str | ModelConfig, precision: str, data: SyntheticIds, args) -> float:
+    """Target tokens/s of ``args.updates`` timed updates of the scheme ``positions`` (the model of the options) or of
+    a whole model section."""
+    if isinstance(positions, ModelConfig):
+        torch.manual_seed(0)
+        model = Seq2Seq(positions, args.vocab)
+        module = TranslationLoss(model, 0.1).train()
+    else:
+        model, module = training_module(positions, args)
     optimizer = torch.optim.Adam(model.parameters(), lr=1e-4, betas=(0.9, 0.98), eps=1e-9, fused=True)
     batches = make_batches(data, np.arange(len(data)), args.max_tokens, seed=1, epoch=0)
     device = torch.device("cpu")
@@ -129,6 +140,9 @@ def main() -> None:
     parser.add_argument("--threads", type=int, default=2)
     parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
                         help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
+    parser.add_argument("--study", metavar="CONFIG",
+                        help="measure the cells of the study table 'schemes' with this config's model and max_tokens")
+    parser.add_argument("--json", metavar="FILE", help="with --study: also write the ratios here")
     args = parser.parse_args()
     torch.set_num_threads(args.threads)
     if args.malloc == "keep":
@@ -138,6 +152,9 @@ def main() -> None:
           f"layers, {args.heads} heads, ff {args.ff}, vocab {args.vocab}, attention dropout {args.attention_dropout}; batches <= {args.max_tokens} tokens a side; "
           f"{args.updates} timed updates after {args.warmup} warm-up, median of {args.repeats} alternating repeats; "
           f"malloc {args.malloc}\n")
+    if args.study:
+        study(args, rng)
+        return
     schemes = SCHEMES if args.schemes == ["all"] else list(dict.fromkeys(["absolute", *args.schemes]))
     print("| regime | precision | scheme | tgt tok/s | / absolute | range |")
     print("|---|---|---|---:|---:|---|")
@@ -154,6 +171,38 @@ def main() -> None:
                 ratios = [r / a for r, a in zip(rates, results["absolute"])]
                 print(f"| {regime} | {precision} | {positions} | {statistics.median(rates):,.0f} "
                       f"| {statistics.median(ratios):.3f} | {min(ratios):.3f}-{max(ratios):.3f} |", flush=True)
+
+
+def study(args, rng: np.random.Generator) -> None:
+    """Each cell of the study table against its baseline cell, alternating, in fp32 on Multi30k lengths."""
+    import json
+
+    from rpr_mt.config import load_config
+    from rpr_mt.experiments.study import BASELINE
+    from rpr_mt.experiments.sweep import table_cells
+
+    cells = {cell.label: load_config(args.study, list(cell.overrides)) for cell in table_cells("schemes")}
+    args.max_tokens = next(iter(cells.values())).train.max_tokens
+    args.vocab = next(iter(cells.values())).data.vocab_size
+    src, tgt = lengths("multi30k", 6000, rng)
+    data = SyntheticIds(src, tgt, args.vocab)
+    rates: dict[str, list[float]] = {label: [] for label in cells}
+    for _ in range(args.repeats):  # alternate so that machine noise hits every cell alike
+        for label, cfg in cells.items():
+            rates[label].append(measure(cfg.model, "fp32", data, args))
+    print(f"study cells of {args.study} (max_tokens {args.max_tokens}, fp32, Multi30k lengths)\n")
+    print(f"| cell | tgt tok/s | / {BASELINE} | range |")
+    print("|---|---:|---:|---|")
+    result = {}
+    for label, values in rates.items():
+        ratios = [r / b for r, b in zip(values, rates[BASELINE])]
+        result[label] = {"tgt_tok_s": statistics.median(values), "ratio": statistics.median(ratios),
+                         "range": [min(ratios), max(ratios)]}
+        print(f"| {label} | {statistics.median(values):,.0f} | {statistics.median(ratios):.3f} "
+              f"| {min(ratios):.3f}-{max(ratios):.3f} |", flush=True)
+    if args.json:
+        Path(args.json).write_text(json.dumps({"config": args.study, "repeats": args.repeats, "updates": args.updates,
+                                               "threads": args.threads, "cells": result}, indent=1) + "\n")
 
 
 if __name__ == "__main__":

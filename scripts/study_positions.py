@@ -5,13 +5,17 @@
     python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root runs/study_positions --seeds 1 2
     # the table, BLEU against source length (PNG) and the paired bootstrap against absolute sinusoidal positions
     python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root runs/study_positions --report \\
-        --plot docs/img/positions_bleu_by_length.png --bootstrap
+        --plot docs/img/positions_bleu_by_length.png --bootstrap --speed-json runs/study_speed.json
+    # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
+    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json runs/study_speed.json
 """
 
 from __future__ import annotations
 
 import argparse
+import json
 import sys
+from pathlib import Path
 
 from rpr_mt.errors import UserError
 
@@ -27,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="print the table of finished runs; train nothing")
     parser.add_argument("--plot", help="with --report: write BLEU against source length per scheme to this PNG")
     parser.add_argument("--bootstrap", action="store_true", help="with --report: paired bootstrap vs the baseline")
+    parser.add_argument("--speed-json", help="with --report: the tok/s column from `benchmarks/bench_train.py --study "
+                        "CONFIG --json FILE` (a quiet measurement) instead of the runs' own rates")
     args = parser.parse_args(argv)
     try:
         from rpr_mt.experiments.study import evaluate_long, plot_study, render_bootstrap, render_study_table
@@ -35,7 +41,13 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.report:
             sweep = load_sweep(args.root)
-            print(render_study_table(sweep))
+            speeds = None
+            if args.speed_json:
+                try:
+                    speeds = json.loads(Path(args.speed_json).read_text(encoding="utf-8"))["cells"]
+                except (OSError, ValueError, KeyError) as exc:
+                    raise UserError(f"--speed-json {args.speed_json}: cannot read the benchmark's cells ({exc})") from None
+            print(render_study_table(sweep, speeds))
             if args.plot:
                 print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
             if args.bootstrap:

@@ -190,9 +190,13 @@ def _scheme_rows(sweep: Any) -> list[tuple[str, list[str]]]:
     return rows
 
 
-def render_study_table(sweep: Any) -> str:
+def render_study_table(sweep: Any, speeds: dict[str, Any] | None = None) -> str:
     """Markdown: per scheme, mean ± std over the finished seeds of dev and test BLEU, test BLEU at x2, x3, x4,
-    the length ratio at x4, training tokens/s relative to the baseline's mean, and the parameter count."""
+    the length ratio at x4, training tokens/s relative to the baseline, and the parameter count.
+
+    ``speeds``: the ``cells`` of ``benchmarks/bench_train.py --study --json`` (label -> {"ratio", "range"}), a quiet
+    measurement of every cell; without it the column is the runs' own tokens/s against the baseline's mean, which
+    measures whatever else ran on the machine during each run."""
     from rpr_mt.experiments.tables import mean_std
 
     long = load_long_results(sweep.root, list(sweep.results))
@@ -206,7 +210,12 @@ def render_study_table(sweep: Any) -> str:
         longs = [long[r] for r in runs if r in long]
         cols = [mean_std([x["sets"][f"test.x{f}"]["bleu"] for x in longs]) if longs else "" for f in (2, 3, 4)]
         ratio = mean_std([x["sets"]["test.x4"]["length_ratio"] for x in longs], 3) if longs else ""
-        speed = mean_std([r["tgt_tok_s"] / base_rate for r in res], 3) if base_rate and res else ""
+        if speeds is not None:
+            measured = speeds.get(label)
+            speed = (f"{measured['ratio']:.3f} ({measured['range'][0]:.3f}-{measured['range'][1]:.3f})"
+                     if measured else "")
+        else:
+            speed = mean_std([r["tgt_tok_s"] / base_rate for r in res], 3) if base_rate and res else ""
         params = f"{res[0]['parameters']:,}" if res else ""
         lines.append(f"| {label} | {len(res)}/{len(sweep.cells[('schemes', label)].runs)} "
                      f"| {mean_std([r['dev_bleu'] for r in res]) if res else ''} "

@@ -102,6 +102,12 @@ def test_table_numbers_are_the_runs_own(study_root):
     assert rows["absolute sinusoidal"][8] == "1.000"
     assert "| T5 bias | 0/0" not in table  # unplanned schemes have no row
 
+    # the tok/s column from a quiet benchmark (bench_train.py --study --json) instead of the runs' own rates
+    speeds = {"ALiBi": {"ratio": 1.042, "range": [1.01, 1.07]}, "absolute sinusoidal": {"ratio": 1.0, "range": [1, 1]}}
+    measured = {line.split(" | ")[0].lstrip("| "): line.split(" | ")
+                for line in render_study_table(sweep, speeds).splitlines()[2:]}
+    assert measured["ALiBi"][8] == "1.042 (1.010-1.070)" and measured["Shaw k=4"][8] == ""
+
 
 def test_long_set_files(study_root, tmp_path):
     config, _ = study_root
@@ -111,3 +117,15 @@ def test_long_set_files(study_root, tmp_path):
     src = read_lines(tmp_path / "test.x2.en")
     original = read_lines(reference_files(cfg.data.output_dir, "test")[0])
     assert src[0] == f"{original[0]} {original[1]}"
+
+
+def test_report_refuses_an_unreadable_speed_file(study_root, tmp_path, capsys):
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("study_positions", Path(__file__).parents[2] / "scripts" / "study_positions.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    config, runs_root = study_root
+    (tmp_path / "speed.json").write_text("{}")
+    assert script.main([str(config), "--root", str(runs_root), "--report", "--speed-json", str(tmp_path / "speed.json")]) == 2
+    assert "--speed-json" in capsys.readouterr().err
