@@ -389,6 +389,7 @@ def train(
             (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     dd.barrier()
 
+    # -- data, model, optimizer -------------------------------------------------------------------------------------
     data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress)
     vocab = Vocab.load(data_dir / "spm.model")
     train_data = load_split(data_dir, "train")
@@ -411,15 +412,16 @@ def train(
     optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
 
-    # -- resume -----------------------------------------------------------------------------------------------------
-    state = TrainState()
+    # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
+    state = TrainState(started=start_time)
     found = ckpt.latest_valid_checkpoint(run_dir, warn=log)
     vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
     if found is not None:
         path, payload = found
         if payload["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
             raise UserError(f"{path} was trained with another vocabulary than {data_dir / 'spm.model'}")
-        state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device)
+        state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device,
+                                   started=start_time)
         log(f"resuming from {path} (update {state.step}, epoch {state.epoch + 1}, batch {state.position})")
         if t.init_from is not None:
             log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
@@ -443,63 +445,37 @@ def train(
         train_module = nn.parallel.DistributedDataParallel(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
-
-    total_target_tokens = 0  # this invocation's
-
-    def elapsed() -> float:  # the run's training seconds so far, all invocations
-        return state.elapsed_before + (time.monotonic() - start_time)
-
-    def make_payload(**changes: Any) -> dict[str, Any]:
-        tokens = None if state.tokens_before is None else state.tokens_before + total_target_tokens
-        return state.payload(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config_to_dict(cfg),
-                             vocab=vocab_info, elapsed=elapsed(), target_tokens=tokens, **changes)
-
-    last_saved: Path | None = None
-
-    def save() -> None:
-        nonlocal last_saved
-        path = ckpt.step_checkpoint_path(run_dir, state.step)
-        if dd.is_main:
-            ckpt.save_checkpoint(make_payload(), path)
-            ckpt.prune_checkpoints(run_dir, t.keep_last, t.save_every)
-        last_saved = path
-        dd.barrier()
-
+    checkpoints = _Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
+                               config=config_to_dict(cfg), vocab=vocab_info)
     batches = _Batches(train_data, train_indices, t, model, dd, state)
     logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = _Window(ThroughputMonitor())
     stopped_by = ""
-    bad_updates = 0
-
-    def budget_progress() -> float:
-        """Used share of the time budget, counted from the first update so that set-up time (data preparation,
-        model building) shortens the schedule instead of eating its warm-up."""
-        if t.max_time is None:
-            return 0.0
-        if state.schedule_origin is None:
-            state.schedule_origin = elapsed()
-        return (elapsed() - state.schedule_origin) / max(t.max_time - state.schedule_origin, 1e-9)
+    bad_updates = 0  # non-finite losses in a row
 
     def should_stop() -> str:
         if t.max_steps is not None and state.step >= t.max_steps:
             return "max_steps"
         if t.max_epochs is not None and state.epoch >= t.max_epochs:
             return "max_epochs"
-        if t.max_time is not None and dd.all_true(elapsed() >= t.max_time, device):
+        if t.max_time is not None and dd.all_true(state.elapsed() >= t.max_time, device):
             return "max_time"
         if t.patience is not None and state.bad_validations >= t.patience:
             return "patience"
         return ""
 
+    # -- the loop: one update per pass ------------------------------------------------------------------------------
     model.train()
     with _StopSignal() as stop_signal:
         while not (stopped_by := should_stop()):
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
                 stopped_by = "signal"
                 break
+
+            # forward and backward over update_freq micro-batches (gradients accumulate)
             micro = [batches.next() for _ in range(t.update_freq)]
             update_tokens = sum(b.global_tgt_tokens for b in micro)
-            lr = learning_rate(t, cfg.model.d_model, state.step + 1, budget_progress())
+            lr = learning_rate(t, cfg.model.d_model, state.step + 1, state.budget_progress(t.max_time))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum, nll_sum = 0.0, 0.0
@@ -512,18 +488,23 @@ def train(
                 scaler.scale(loss * (dd.world / update_tokens)).backward()
                 loss_sum += float(loss.detach())
                 nll_sum += float(nll.detach())
+
+            # a non-finite loss on any rank skips the update on all; max_bad_updates of them in a row stop the run
             if not dd.all_true(math.isfinite(loss_sum), device):
                 optimizer.zero_grad(set_to_none=True)
                 bad_updates += 1
                 logger.message(f"update {state.step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")
                 if bad_updates >= t.max_bad_updates:
                     logger.close()
+                    last = checkpoints.last or "not yet written"
                     raise UserError(
                         f"{bad_updates} non-finite losses in a row at update {state.step + 1}: stopping; the last "
-                        f"good checkpoint is {last_saved or 'not yet written'} (try a lower learning rate or fp32)"
+                        f"good checkpoint is {last} (try a lower learning rate or fp32)"
                     )
                 continue
             bad_updates = 0
+
+            # the update
             if t.clip_norm > 0:
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
@@ -531,26 +512,26 @@ def train(
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             state.step += 1
-            total_target_tokens += update_tokens
+            state.tokens += update_tokens
             window.add(loss_sum, nll_sum, update_tokens, sum(b.global_src_tokens for b in micro))
 
+            # log, validate, save
             if state.step % t.log_every == 0 or state.step == 1:
-                window.log(state, lr, elapsed(), _peak_memory_mb(device), logger, device.type)
+                window.log(state, lr, state.elapsed(), _peak_memory_mb(device), logger, device.type)
             else:
                 logger.advance(state.step)
-
             paused = time.monotonic()
             if state.step % t.validate_every == 0 and dev_data is not None:
-                _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, make_payload)
+                _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
             if state.step % t.save_every == 0:
-                save()
+                checkpoints.save(state)
             window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
 
-    # -- the end: a final validation and checkpoint -----------------------------------------------------------------
+    # -- the end: a final validation and checkpoint, the average of the last checkpoints ----------------------------
     if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
-        _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, make_payload)
-    if last_saved is None or last_saved != ckpt.step_checkpoint_path(run_dir, state.step):
-        save()
+        _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
+    if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
+        checkpoints.save(state)
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
         paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
         if len(paths) < t.average_last:
@@ -559,17 +540,41 @@ def train(
         ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
         logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
     logger.message(
-        f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {elapsed():.0f}s; "
+        f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
         + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
-        + f"checkpoint {last_saved}"
+        + f"checkpoint {checkpoints.last}"
     )
     logger.close()
     dd.barrier()
     seconds = time.monotonic() - start_time
-    run_tokens = None if state.tokens_before is None else state.tokens_before + total_target_tokens
-    return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, last_saved, n_params,
-                       total_target_tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
-                       run_tokens)
+    return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
+                       state.tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
+                       state.run_tokens())
+
+
+class _Checkpoints:
+    """The run's checkpoint files, written by rank 0. Each holds ``TrainState.payload`` of this run's model,
+    optimizer and grad scaler; ``last`` is the numbered checkpoint this invocation saved last."""
+
+    def __init__(self, run_dir: Path, t: TrainConfig, dd: _Distributed, *, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device,
+                 config: dict[str, Any], vocab: dict[str, Any]) -> None:
+        self.run_dir, self.t, self.dd = run_dir, t, dd
+        self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab)
+        self.last: Path | None = None
+
+    def save(self, state: TrainState) -> None:
+        """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it."""
+        path = ckpt.step_checkpoint_path(self.run_dir, state.step)
+        if self.dd.is_main:
+            ckpt.save_checkpoint(state.payload(**self.parts), path)
+            ckpt.prune_checkpoints(self.run_dir, self.t.keep_last, self.t.save_every)
+        self.last = path
+        self.dd.barrier()
+
+    def save_best(self, state: TrainState) -> None:
+        """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""
+        ckpt.save_checkpoint(state.payload(**self.parts), ckpt.checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
 
 
 class _Batches:
@@ -668,9 +673,11 @@ def _init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer,
         f"optimizer {'reset' if t.reset_optimizer else 'state loaded'}; updates and schedule start at 0")
 
 
-def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainState, logger, make_payload) -> None:
-    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement. Updates the best
-    scores, the patience count and ``state.dev`` (this validation's scores; None off rank 0)."""
+def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainState, logger,
+              checkpoints: _Checkpoints) -> None:
+    """Dev loss / perplexity and (optionally) dev BLEU; the state takes the scores (``TrainState.add_validation``:
+    best scores, patience count, ``state.dev``, which stays None off rank 0) and checkpoint_best.pt is saved when
+    they improve on the best."""
     t = cfg.train
     indices = usable_examples(dev_data, cfg.model.max_positions)
     record: dict[str, Any] = {"step": state.step}
@@ -685,20 +692,8 @@ def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainSta
                 record["dev_bleu"] = bleu
         dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
                "beam_size": t.valid_beam_size}
-        improved = (bleu is not None and (state.best_bleu is None or bleu > state.best_bleu)) or (
-            bleu is None and nll < state.best_loss
-        )
-        if improved:
-            best_bleu = bleu if bleu is not None else state.best_bleu
-            best_loss = min(state.best_loss, nll)
-            ckpt.save_checkpoint(  # with its own scores: the state's are updated below
-                make_payload(best_bleu=best_bleu, best_loss=best_loss, bad_validations=0, dev=dev),
-                ckpt.checkpoint_dir(t.run_dir) / "checkpoint_best.pt",
-            )
-            state.best_bleu, state.best_loss, state.bad_validations = best_bleu, best_loss, 0
-        else:
-            state.bad_validations += 1
-        state.dev = dev
+        if state.add_validation(dev):
+            checkpoints.save_best(state)  # with these weights' own scores, now the best
         record["best_dev_bleu"] = state.best_bleu
         logger.record(record, None)
         logger.message(
