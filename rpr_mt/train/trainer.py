@@ -7,9 +7,11 @@ checkpoints, metrics and logs.
 
 Resuming restores model, optimizer, grad scaler, RNG states and the (epoch, batch) position, so an interrupted and
 resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The run state
-is one ``TrainState`` (``state.py``), which builds and reads the checkpoint payload; the loop below reads top to
-bottom, with the batch order (``_Batches``) and the log window (``_Window``) beside it. The
-``budget`` schedule depends on wall-clock time and is therefore not bit-reproducible.
+is one ``TrainState`` (``state.py``), which builds and reads the checkpoint payload and keeps the run's update, data
+position, best scores and token and time totals. ``train()`` reads top to bottom, one comment per phase; beside it
+stand the stopping rules (``_stop_reason``), the checkpoint files (``_Checkpoints``), the batch order
+(``_Batches``), the log window (``_Window``) and validation (``_validate``). The ``budget`` schedule depends on
+wall-clock time and is therefore not bit-reproducible.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ class _Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def log(self, text: str) -> None:
+        """A line on stderr, from rank 0 only."""
+        if self.is_main:
+            print(text, file=sys.stderr, flush=True)
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -344,22 +351,10 @@ def train(
     device = _pick_device(cfg, dd)
     if device.type == "cpu":
         keep_freed_memory()  # ~12% of a CPU step was page faults on freshly mapped tensors; see rpr_mt.host
-    run_dir = Path(t.run_dir)
-
-    def log(text: str) -> None:
-        if dd.is_main:
-            print(text, file=sys.stderr, flush=True)
-
-    tokens_per_update = t.max_tokens * t.update_freq
     if dry_run:
-        vocab_size = cfg.data.vocab_size
-        model = Seq2Seq(cfg.model, vocab_size)
-        if dd.is_main:
-            print(model)
-            print(f"parameters: {count_parameters(model):,} (vocabulary {vocab_size:,})")
-            print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
-                  f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
-        return TrainResult(run_dir, 0, 0, "dry_run", None, None, count_parameters(model))
+        return _dry_run(cfg, dd)
+    run_dir = Path(t.run_dir)
+    log = dd.log
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
     if run_dir.exists() and not run_dir.is_dir():
@@ -407,7 +402,7 @@ def train(
     log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
         f"{len(train_indices):,} training pairs" + (f" ({dropped:,} longer than {cap} skipped)" if dropped else ""))
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
-        f"<= {tokens_per_update:,} tokens per side per update (shared by all processes)")
+        f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")
 
     optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
@@ -453,21 +448,10 @@ def train(
     stopped_by = ""
     bad_updates = 0  # non-finite losses in a row
 
-    def should_stop() -> str:
-        if t.max_steps is not None and state.step >= t.max_steps:
-            return "max_steps"
-        if t.max_epochs is not None and state.epoch >= t.max_epochs:
-            return "max_epochs"
-        if t.max_time is not None and dd.all_true(state.elapsed() >= t.max_time, device):
-            return "max_time"
-        if t.patience is not None and state.bad_validations >= t.patience:
-            return "patience"
-        return ""
-
     # -- the loop: one update per pass ------------------------------------------------------------------------------
     model.train()
     with _StopSignal() as stop_signal:
-        while not (stopped_by := should_stop()):
+        while not (stopped_by := _stop_reason(t, state, dd, device)):
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
                 stopped_by = "signal"
                 break
@@ -533,12 +517,7 @@ def train(
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
         checkpoints.save(state)
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
-        paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
-        if len(paths) < t.average_last:
-            logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
-                           f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
-        ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
-        logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
+        _average_last(run_dir, t, logger)
     logger.message(
         f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
         + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
@@ -550,6 +529,33 @@ def train(
     return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
                        state.tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
                        state.run_tokens())
+
+
+def _dry_run(cfg: Config, dd: _Distributed) -> TrainResult:
+    """``--dry-run``: print the model, its parameter count and the tokens per update; read and write nothing."""
+    t = cfg.train
+    vocab_size = cfg.data.vocab_size
+    model = Seq2Seq(cfg.model, vocab_size)
+    tokens_per_update = t.max_tokens * t.update_freq
+    if dd.is_main:
+        print(model)
+        print(f"parameters: {count_parameters(model):,} (vocabulary {vocab_size:,})")
+        print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
+              f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
+    return TrainResult(Path(t.run_dir), 0, 0, "dry_run", None, None, count_parameters(model))
+
+
+def _stop_reason(t: TrainConfig, state: TrainState, dd: _Distributed, device: torch.device) -> str:
+    """The stopping rule that ends the run before another update ("" while none does); the same on every rank."""
+    if t.max_steps is not None and state.step >= t.max_steps:
+        return "max_steps"
+    if t.max_epochs is not None and state.epoch >= t.max_epochs:
+        return "max_epochs"
+    if t.max_time is not None and dd.all_true(state.elapsed() >= t.max_time, device):
+        return "max_time"
+    if t.patience is not None and state.bad_validations >= t.patience:
+        return "patience"
+    return ""
 
 
 class _Checkpoints:
@@ -575,6 +581,16 @@ class _Checkpoints:
     def save_best(self, state: TrainState) -> None:
         """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""
         ckpt.save_checkpoint(state.payload(**self.parts), ckpt.checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
+
+
+def _average_last(run_dir: Path, t: TrainConfig, logger: "_Logger") -> None:
+    """checkpoint_avg.pt: the mean of the last train.average_last numbered checkpoints (rank 0 only)."""
+    paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
+    if len(paths) < t.average_last:
+        logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
+                       f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
+    ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
+    logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
 
 
 class _Batches:
