@@ -4,14 +4,18 @@
 A checkpoint holds the run state below, the model, optimizer and grad-scaler states, the RNG states, the config and
 the vocabulary fingerprint. ``TrainState.payload`` builds that dictionary and ``TrainState.restore`` reads it back;
 nothing else in the trainer names a payload key. The keys on disk are those of every earlier rpr-mt checkpoint
-(``rpr-mt-checkpoint/1``); entries added later (``target_tokens``, ``schedule_origin``, ``bad_validations``,
-``best_loss``) default as an old checkpoint needs. The checksum over all tensors is added by
-``checkpoint.save_checkpoint`` and verified by ``checkpoint.load_checkpoint``.
+(``rpr-mt-checkpoint/1``, listed in ``PAYLOAD_KEYS``); entries added later (``target_tokens``, ``schedule_origin``,
+``bad_validations``, ``best_loss``, ``dev``) default as an old checkpoint needs. The checksum over all tensors is
+added by ``checkpoint.save_checkpoint`` and verified by ``checkpoint.load_checkpoint``.
+
+Only the torch (and CUDA) generators are saved: dropout draws from them, while the data order is a function of the
+seed and the epoch (``batching.make_batches``) and nothing in training draws from Python's or NumPy's global RNG.
 """
 
 from __future__ import annotations
 
 import math
+import time
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -20,13 +24,21 @@ from torch import nn
 
 from rpr_mt.train import checkpoint as ckpt
 
-__all__ = ["TrainState"]
+__all__ = ["PAYLOAD_KEYS", "TrainState"]
+
+# Every key a training checkpoint holds (besides the ``checksum`` that save_checkpoint adds). Renaming one breaks
+# the resumption of existing runs: read the old name in ``restore`` instead.
+PAYLOAD_KEYS = (
+    "format", "step", "epoch", "position", "elapsed", "target_tokens", "schedule_origin", "config", "vocab", "model",
+    "optimizer", "scaler", "rng", "best_bleu", "best_loss", "bad_validations", "dev",
+)
 
 
 @dataclass
 class TrainState:
-    """Where a run is. ``elapsed_before`` and ``tokens_before`` count the invocations before this one: the current
-    invocation's own time and tokens are added when a payload is written."""
+    """Where a run is. The totals are kept in two parts: ``elapsed_before`` and ``tokens_before`` count the
+    invocations before this one (read from the checkpoint it resumed from), ``started`` and ``tokens`` this
+    invocation; a payload writes their sums."""
 
     step: int = 0  # updates done
     epoch: int = 0  # 0-based epoch of the next batch
@@ -34,10 +46,51 @@ class TrainState:
     elapsed_before: float = 0.0  # seconds of training in earlier invocations
     tokens_before: int | None = 0  # target tokens of earlier invocations (None: a checkpoint predates the count)
     schedule_origin: float | None = None  # elapsed seconds at the first update: the ``budget`` schedule's zero
-    best_bleu: float | None = None
-    best_loss: float = math.inf
+    best_bleu: float | None = None  # best dev BLEU so far (None: not measured)
+    best_loss: float = math.inf  # best dev NLL so far (what ``best`` means when BLEU is off)
     bad_validations: int = 0  # validations since the last improvement (``train.patience``)
-    dev: dict[str, Any] | None = field(default=None)  # the latest validation's scores and update
+    dev: dict[str, Any] | None = None  # the latest validation's scores and update
+    tokens: int = 0  # target tokens of this invocation (all ranks)
+    started: float = field(default_factory=time.monotonic, compare=False)  # time.monotonic() when it began
+
+    # -- totals -------------------------------------------------------------------------------------------------------
+
+    def elapsed(self) -> float:
+        """The run's training seconds so far, all invocations."""
+        return self.elapsed_before + (time.monotonic() - self.started)
+
+    def run_tokens(self) -> int | None:
+        """The run's target tokens so far, all invocations (None when a checkpoint predates the count)."""
+        return None if self.tokens_before is None else self.tokens_before + self.tokens
+
+    def budget_progress(self, max_time: float | None) -> float:
+        """Used share of the time budget, counted from the first update so that set-up time (data preparation,
+        model building) shortens the schedule instead of eating its warm-up."""
+        if max_time is None:
+            return 0.0
+        if self.schedule_origin is None:
+            self.schedule_origin = self.elapsed()
+        return (self.elapsed() - self.schedule_origin) / max(max_time - self.schedule_origin, 1e-9)
+
+    # -- validation ---------------------------------------------------------------------------------------------------
+
+    def add_validation(self, dev: dict[str, Any]) -> bool:
+        """Take a validation's scores (``step``, ``nll``, ``bleu`` or None, ...): the best scores and the patience
+        count follow them. True when they improve on the best, by dev BLEU, or by dev NLL when BLEU is off."""
+        bleu, nll = dev["bleu"], dev["nll"]
+        improved = (bleu is not None and (self.best_bleu is None or bleu > self.best_bleu)) or (
+            bleu is None and nll < self.best_loss
+        )
+        if improved:
+            self.best_bleu = bleu if bleu is not None else self.best_bleu
+            self.best_loss = min(self.best_loss, nll)
+            self.bad_validations = 0
+        else:
+            self.bad_validations += 1
+        self.dev = dev
+        return improved
+
+    # -- checkpoint payload -------------------------------------------------------------------------------------------
 
     def payload(
         self,
@@ -48,20 +101,15 @@ class TrainState:
         device: torch.device,
         config: dict[str, Any],
         vocab: dict[str, Any],
-        elapsed: float,
-        target_tokens: int | None,
-        **changes: Any,
     ) -> dict[str, Any]:
-        """The checkpoint payload of this state: ``elapsed`` and ``target_tokens`` are the run's totals so far;
-        ``changes`` replace entries (the best checkpoint is written with its validation's own scores before the run's
-        copies of them are updated)."""
+        """The checkpoint payload of this state, with the run's totals so far."""
         return {
             "format": ckpt.FORMAT,
             "step": self.step,
             "epoch": self.epoch,
             "position": self.position,
-            "elapsed": elapsed,
-            "target_tokens": target_tokens,
+            "elapsed": self.elapsed(),
+            "target_tokens": self.run_tokens(),
             "schedule_origin": self.schedule_origin,
             "config": config,
             "vocab": vocab,
@@ -77,7 +125,6 @@ class TrainState:
             "bad_validations": self.bad_validations,
             # the dev scores of these very weights, when they were validated (what `rpr-mt translate` reports)
             "dev": self.dev if self.dev is not None and self.dev["step"] == self.step else None,
-            **changes,
         }
 
     @classmethod
@@ -89,8 +136,10 @@ class TrainState:
         optimizer: torch.optim.Optimizer,
         scaler: torch.amp.GradScaler,
         device: torch.device,
+        started: float | None = None,
     ) -> "TrainState":
-        """Load the weights, optimizer, scaler and RNG states of ``payload`` in place and return its run state."""
+        """Load the weights, optimizer, scaler and RNG states of ``payload`` in place and return its run state, as
+        of an invocation that began at ``started`` (``time.monotonic()``; default now)."""
         model.load_state_dict(payload["model"])
         optimizer.load_state_dict(payload["optimizer"])
         if payload.get("scaler"):
@@ -109,4 +158,5 @@ class TrainState:
             best_loss=payload.get("best_loss", math.inf),
             bad_validations=payload.get("bad_validations", 0),
             dev=payload.get("dev"),
+            started=time.monotonic() if started is None else started,
         )

@@ -7,9 +7,11 @@ checkpoints, metrics and logs.
 
 Resuming restores model, optimizer, grad scaler, RNG states and the (epoch, batch) position, so an interrupted and
 resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The run state
-is one ``TrainState`` (``state.py``), which builds and reads the checkpoint payload; the loop below reads top to
-bottom, with the batch order (``_Batches``) and the log window (``_Window``) beside it. The
-``budget`` schedule depends on wall-clock time and is therefore not bit-reproducible.
+is one ``TrainState`` (``state.py``), which builds and reads the checkpoint payload and keeps the run's update, data
+position, best scores and token and time totals. ``train()`` reads top to bottom, one comment per phase; beside it
+stand the stopping rules (``_stop_reason``), the checkpoint files (``_Checkpoints``), the batch order
+(``_Batches``), the log window (``_Window``) and validation (``_validate``). The ``budget`` schedule depends on
+wall-clock time and is therefore not bit-reproducible.
 """
 
 from __future__ import annotations
@@ -100,6 +102,11 @@ class _Distributed:
     @property
     def is_main(self) -> bool:
         return self.rank == 0
+
+    def log(self, text: str) -> None:
+        """A line on stderr, from rank 0 only."""
+        if self.is_main:
+            print(text, file=sys.stderr, flush=True)
 
     def barrier(self) -> None:
         if self.world > 1:
@@ -344,22 +351,10 @@ def train(
     device = _pick_device(cfg, dd)
     if device.type == "cpu":
         keep_freed_memory()  # ~12% of a CPU step was page faults on freshly mapped tensors; see rpr_mt.host
-    run_dir = Path(t.run_dir)
-
-    def log(text: str) -> None:
-        if dd.is_main:
-            print(text, file=sys.stderr, flush=True)
-
-    tokens_per_update = t.max_tokens * t.update_freq
     if dry_run:
-        vocab_size = cfg.data.vocab_size
-        model = Seq2Seq(cfg.model, vocab_size)
-        if dd.is_main:
-            print(model)
-            print(f"parameters: {count_parameters(model):,} (vocabulary {vocab_size:,})")
-            print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
-                  f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
-        return TrainResult(run_dir, 0, 0, "dry_run", None, None, count_parameters(model))
+        return _dry_run(cfg, dd)
+    run_dir = Path(t.run_dir)
+    log = dd.log
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
     if run_dir.exists() and not run_dir.is_dir():
@@ -389,6 +384,7 @@ def train(
             (run_dir / "metrics.jsonl").unlink(missing_ok=True)
     dd.barrier()
 
+    # -- data, model, optimizer -------------------------------------------------------------------------------------
     data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress)
     vocab = Vocab.load(data_dir / "spm.model")
     train_data = load_split(data_dir, "train")
@@ -406,20 +402,21 @@ def train(
     log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
         f"{len(train_indices):,} training pairs" + (f" ({dropped:,} longer than {cap} skipped)" if dropped else ""))
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
-        f"<= {tokens_per_update:,} tokens per side per update (shared by all processes)")
+        f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")
 
     optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
 
-    # -- resume -----------------------------------------------------------------------------------------------------
-    state = TrainState()
+    # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
+    state = TrainState(started=start_time)
     found = ckpt.latest_valid_checkpoint(run_dir, warn=log)
     vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
     if found is not None:
         path, payload = found
         if payload["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
             raise UserError(f"{path} was trained with another vocabulary than {data_dir / 'spm.model'}")
-        state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device)
+        state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device,
+                                   started=start_time)
         log(f"resuming from {path} (update {state.step}, epoch {state.epoch + 1}, batch {state.position})")
         if t.init_from is not None:
             log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
@@ -443,63 +440,26 @@ def train(
         train_module = nn.parallel.DistributedDataParallel(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
-
-    total_target_tokens = 0  # this invocation's
-
-    def elapsed() -> float:  # the run's training seconds so far, all invocations
-        return state.elapsed_before + (time.monotonic() - start_time)
-
-    def make_payload(**changes: Any) -> dict[str, Any]:
-        tokens = None if state.tokens_before is None else state.tokens_before + total_target_tokens
-        return state.payload(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config_to_dict(cfg),
-                             vocab=vocab_info, elapsed=elapsed(), target_tokens=tokens, **changes)
-
-    last_saved: Path | None = None
-
-    def save() -> None:
-        nonlocal last_saved
-        path = ckpt.step_checkpoint_path(run_dir, state.step)
-        if dd.is_main:
-            ckpt.save_checkpoint(make_payload(), path)
-            ckpt.prune_checkpoints(run_dir, t.keep_last, t.save_every)
-        last_saved = path
-        dd.barrier()
-
+    checkpoints = _Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
+                               config=config_to_dict(cfg), vocab=vocab_info)
     batches = _Batches(train_data, train_indices, t, model, dd, state)
     logger = _Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = _Window(ThroughputMonitor())
     stopped_by = ""
-    bad_updates = 0
+    bad_updates = 0  # non-finite losses in a row
 
-    def budget_progress() -> float:
-        """Used share of the time budget, counted from the first update so that set-up time (data preparation,
-        model building) shortens the schedule instead of eating its warm-up."""
-        if t.max_time is None:
-            return 0.0
-        if state.schedule_origin is None:
-            state.schedule_origin = elapsed()
-        return (elapsed() - state.schedule_origin) / max(t.max_time - state.schedule_origin, 1e-9)
-
-    def should_stop() -> str:
-        if t.max_steps is not None and state.step >= t.max_steps:
-            return "max_steps"
-        if t.max_epochs is not None and state.epoch >= t.max_epochs:
-            return "max_epochs"
-        if t.max_time is not None and dd.all_true(elapsed() >= t.max_time, device):
-            return "max_time"
-        if t.patience is not None and state.bad_validations >= t.patience:
-            return "patience"
-        return ""
-
+    # -- the loop: one update per pass ------------------------------------------------------------------------------
     model.train()
     with _StopSignal() as stop_signal:
-        while not (stopped_by := should_stop()):
+        while not (stopped_by := _stop_reason(t, state, dd, device)):
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
                 stopped_by = "signal"
                 break
+
+            # forward and backward over update_freq micro-batches (gradients accumulate)
             micro = [batches.next() for _ in range(t.update_freq)]
             update_tokens = sum(b.global_tgt_tokens for b in micro)
-            lr = learning_rate(t, cfg.model.d_model, state.step + 1, budget_progress())
+            lr = learning_rate(t, cfg.model.d_model, state.step + 1, state.budget_progress(t.max_time))
             for group in optimizer.param_groups:
                 group["lr"] = lr
             loss_sum, nll_sum = 0.0, 0.0
@@ -512,18 +472,23 @@ def train(
                 scaler.scale(loss * (dd.world / update_tokens)).backward()
                 loss_sum += float(loss.detach())
                 nll_sum += float(nll.detach())
+
+            # a non-finite loss on any rank skips the update on all; max_bad_updates of them in a row stop the run
             if not dd.all_true(math.isfinite(loss_sum), device):
                 optimizer.zero_grad(set_to_none=True)
                 bad_updates += 1
                 logger.message(f"update {state.step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")
                 if bad_updates >= t.max_bad_updates:
                     logger.close()
+                    last = checkpoints.last or "not yet written"
                     raise UserError(
                         f"{bad_updates} non-finite losses in a row at update {state.step + 1}: stopping; the last "
-                        f"good checkpoint is {last_saved or 'not yet written'} (try a lower learning rate or fp32)"
+                        f"good checkpoint is {last} (try a lower learning rate or fp32)"
                     )
                 continue
             bad_updates = 0
+
+            # the update
             if t.clip_norm > 0:
                 scaler.unscale_(optimizer)
                 torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
@@ -531,45 +496,101 @@ def train(
             scaler.update()
             optimizer.zero_grad(set_to_none=True)
             state.step += 1
-            total_target_tokens += update_tokens
+            state.tokens += update_tokens
             window.add(loss_sum, nll_sum, update_tokens, sum(b.global_src_tokens for b in micro))
 
+            # log, validate, save
             if state.step % t.log_every == 0 or state.step == 1:
-                window.log(state, lr, elapsed(), _peak_memory_mb(device), logger, device.type)
+                window.log(state, lr, state.elapsed(), _peak_memory_mb(device), logger, device.type)
             else:
                 logger.advance(state.step)
-
             paused = time.monotonic()
             if state.step % t.validate_every == 0 and dev_data is not None:
-                _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, make_payload)
+                _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
             if state.step % t.save_every == 0:
-                save()
+                checkpoints.save(state)
             window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
 
-    # -- the end: a final validation and checkpoint -----------------------------------------------------------------
+    # -- the end: a final validation and checkpoint, the average of the last checkpoints ----------------------------
     if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
-        _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, make_payload)
-    if last_saved is None or last_saved != ckpt.step_checkpoint_path(run_dir, state.step):
-        save()
+        _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
+    if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
+        checkpoints.save(state)
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
-        paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
-        if len(paths) < t.average_last:
-            logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
-                           f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
-        ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
-        logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
+        _average_last(run_dir, t, logger)
     logger.message(
-        f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {elapsed():.0f}s; "
+        f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
         + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
-        + f"checkpoint {last_saved}"
+        + f"checkpoint {checkpoints.last}"
     )
     logger.close()
     dd.barrier()
     seconds = time.monotonic() - start_time
-    run_tokens = None if state.tokens_before is None else state.tokens_before + total_target_tokens
-    return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, last_saved, n_params,
-                       total_target_tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
-                       run_tokens)
+    return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
+                       state.tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
+                       state.run_tokens())
+
+
+def _dry_run(cfg: Config, dd: _Distributed) -> TrainResult:
+    """``--dry-run``: print the model, its parameter count and the tokens per update; read and write nothing."""
+    t = cfg.train
+    vocab_size = cfg.data.vocab_size
+    model = Seq2Seq(cfg.model, vocab_size)
+    tokens_per_update = t.max_tokens * t.update_freq
+    if dd.is_main:
+        print(model)
+        print(f"parameters: {count_parameters(model):,} (vocabulary {vocab_size:,})")
+        print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
+              f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
+    return TrainResult(Path(t.run_dir), 0, 0, "dry_run", None, None, count_parameters(model))
+
+
+def _stop_reason(t: TrainConfig, state: TrainState, dd: _Distributed, device: torch.device) -> str:
+    """The stopping rule that ends the run before another update ("" while none does); the same on every rank."""
+    if t.max_steps is not None and state.step >= t.max_steps:
+        return "max_steps"
+    if t.max_epochs is not None and state.epoch >= t.max_epochs:
+        return "max_epochs"
+    if t.max_time is not None and dd.all_true(state.elapsed() >= t.max_time, device):
+        return "max_time"
+    if t.patience is not None and state.bad_validations >= t.patience:
+        return "patience"
+    return ""
+
+
+class _Checkpoints:
+    """The run's checkpoint files, written by rank 0. Each holds ``TrainState.payload`` of this run's model,
+    optimizer and grad scaler; ``last`` is the numbered checkpoint this invocation saved last."""
+
+    def __init__(self, run_dir: Path, t: TrainConfig, dd: _Distributed, *, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device,
+                 config: dict[str, Any], vocab: dict[str, Any]) -> None:
+        self.run_dir, self.t, self.dd = run_dir, t, dd
+        self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab)
+        self.last: Path | None = None
+
+    def save(self, state: TrainState) -> None:
+        """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it."""
+        path = ckpt.step_checkpoint_path(self.run_dir, state.step)
+        if self.dd.is_main:
+            ckpt.save_checkpoint(state.payload(**self.parts), path)
+            ckpt.prune_checkpoints(self.run_dir, self.t.keep_last, self.t.save_every)
+        self.last = path
+        self.dd.barrier()
+
+    def save_best(self, state: TrainState) -> None:
+        """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""
+        ckpt.save_checkpoint(state.payload(**self.parts), ckpt.checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
+
+
+def _average_last(run_dir: Path, t: TrainConfig, logger: "_Logger") -> None:
+    """checkpoint_avg.pt: the mean of the last train.average_last numbered checkpoints (rank 0 only)."""
+    paths = ckpt.list_step_checkpoints(run_dir)[-t.average_last:]
+    if len(paths) < t.average_last:
+        logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
+                       f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
+    ckpt.save_checkpoint(ckpt.average_checkpoints(paths), ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
+    logger.message(f"averaged {len(paths)} checkpoints into {ckpt.checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
 
 
 class _Batches:
@@ -668,9 +689,11 @@ def _init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer,
         f"optimizer {'reset' if t.reset_optimizer else 'state loaded'}; updates and schedule start at 0")
 
 
-def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainState, logger, make_payload) -> None:
-    """Dev loss / perplexity and (optionally) dev BLEU; saves checkpoint_best.pt on improvement. Updates the best
-    scores, the patience count and ``state.dev`` (this validation's scores; None off rank 0)."""
+def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainState, logger,
+              checkpoints: _Checkpoints) -> None:
+    """Dev loss / perplexity and (optionally) dev BLEU; the state takes the scores (``TrainState.add_validation``:
+    best scores, patience count, ``state.dev``, which stays None off rank 0) and checkpoint_best.pt is saved when
+    they improve on the best."""
     t = cfg.train
     indices = usable_examples(dev_data, cfg.model.max_positions)
     record: dict[str, Any] = {"step": state.step}
@@ -685,20 +708,8 @@ def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainSta
                 record["dev_bleu"] = bleu
         dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
                "beam_size": t.valid_beam_size}
-        improved = (bleu is not None and (state.best_bleu is None or bleu > state.best_bleu)) or (
-            bleu is None and nll < state.best_loss
-        )
-        if improved:
-            best_bleu = bleu if bleu is not None else state.best_bleu
-            best_loss = min(state.best_loss, nll)
-            ckpt.save_checkpoint(  # with its own scores: the state's are updated below
-                make_payload(best_bleu=best_bleu, best_loss=best_loss, bad_validations=0, dev=dev),
-                ckpt.checkpoint_dir(t.run_dir) / "checkpoint_best.pt",
-            )
-            state.best_bleu, state.best_loss, state.bad_validations = best_bleu, best_loss, 0
-        else:
-            state.bad_validations += 1
-        state.dev = dev
+        if state.add_validation(dev):
+            checkpoints.save_best(state)  # with these weights' own scores, now the best
         record["best_dev_bleu"] = state.best_bleu
         logger.record(record, None)
         logger.message(
