@@ -139,7 +139,7 @@ def translate(
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
 
-    _check_output(output, "--output")
+    _check_output(output, "--output", inputs=[input, checkpoint])
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens)
     lines = read_lines(input)
@@ -185,6 +185,8 @@ def eval_bleu(
         if not src_path.is_file():
             raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
         ref = ref or default_ref
+        if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
+            _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None)
         hypotheses = list(
@@ -196,6 +198,8 @@ def eval_bleu(
     else:
         if hyp is None or ref is None:
             raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
+        if save_hyp is not None:  # nothing is translated, so nothing would be saved
+            raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
         lang = lang or language_from_path(ref)
         if lang is None:
@@ -235,7 +239,10 @@ def average_checkpoints_command(
     if ckpt.STEP_PATTERN.search(output.name):  # resume and pruning would take it for a training checkpoint
         raise UserError(f"--output {output}: a numbered name (checkpoint_NNNNNNNN.pt) is reserved for training "
                         "checkpoints; choose another name, e.g. checkpoint_avg.pt")
-    _check_output(str(output), "--output")
+    if output.name == "checkpoint_best.pt":  # training writes it, and --which best would load the average
+        raise UserError(f"--output {output}: checkpoint_best.pt is reserved for the training's best checkpoint; "
+                        "choose another name, e.g. checkpoint_avg.pt")
+    _check_output(str(output), "--output", inputs=paths, text=False)
     ckpt.save_checkpoint(ckpt.average_checkpoints(paths, report=_stderr), output)
     typer.echo(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {output}", err=True)
 
@@ -317,9 +324,11 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
     return decode
 
 
-def _check_output(path: str, option: str) -> None:
+def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
     """Before any work: an output file's directory must exist and be writable, and the path must not be a directory
-    (a failed write after decoding would lose the translations)."""
+    (a failed write after decoding would lose the translations). Nor may the output replace one of the command's
+    ``inputs`` or, for a ``text`` output, a checkpoint (``*.pt``): a typo must not destroy the source text, the
+    references or a model."""
     if path == "-":
         return
     target = Path(path)
@@ -330,6 +339,12 @@ def _check_output(path: str, option: str) -> None:
         raise UserError(f"{option} {path}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise UserError(f"{option} {path}: not writable")
+    if target.is_file():
+        if any(str(source) != "-" and Path(source).is_file() and target.samefile(source) for source in inputs):
+            raise UserError(f"{option} {path} is also an input of this command; writing it would destroy that "
+                            "input: give another file name")
+        if text and target.suffix == ".pt":
+            raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
 
 
 def _write_lines(path: str, lines) -> None:
