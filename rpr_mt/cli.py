@@ -256,6 +256,8 @@ def plot(
     """Draw one run's learning curves (loss, dev BLEU, learning rate, tokens/s) as a PNG; needs matplotlib."""
     from rpr_mt.curves import plot_run
 
+    if output is not None:
+        _check_output(str(output), "--output", text=False)
     typer.echo(f"wrote {plot_run(run, output)}", err=True)
 
 
