@@ -37,14 +37,46 @@ def _no_type_on_flags(params: list) -> list:
     return params
 
 
+# click's UsageError, whether typer uses click or (typer >= 0.25) its own copy of it
+_UsageError = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
+
+
+def _one_line_usage_error(exc: Exception) -> typer.Exit:
+    """A usage error (an unknown option, a value of the wrong type, a missing argument) as the one `error:` line and
+    exit code 2 that every other bad input gets, instead of click's framed usage block."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `rpr-mt` alone: the help, as before
+        raise exc
+    command = exc.ctx.command_path if exc.ctx is not None else "rpr-mt"
+    typer.echo(f"error: {command}: {' '.join(exc.format_message().split())} (see {command} --help)", err=True)
+    return typer.Exit(exc.exit_code)
+
+
 class _Command(TyperCommand):
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         return _no_type_on_flags(super().get_params(ctx))
+
+    def make_context(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 (parsing happens here)
+        try:
+            return super().make_context(*args, **kwargs)
+        except _UsageError as exc:
+            raise _one_line_usage_error(exc) from None
 
 
 class _Group(TyperGroup):
     def get_params(self, ctx):  # noqa: ANN001, ANN201
         return _no_type_on_flags(super().get_params(ctx))
+
+    def make_context(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
+        try:
+            return super().make_context(*args, **kwargs)
+        except _UsageError as exc:
+            raise _one_line_usage_error(exc) from None
+
+    def resolve_command(self, ctx, args):  # noqa: ANN001, ANN201 (an unknown command name)
+        try:
+            return super().resolve_command(ctx, args)
+        except _UsageError as exc:
+            raise _one_line_usage_error(exc) from None
 
 
 app = typer.Typer(
