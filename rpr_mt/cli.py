@@ -215,6 +215,9 @@ def eval_bleu(
         data_dir = Path(cfg.data.output_dir)
         src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
         if not src_path.is_file():
+            prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
+            if prepared:  # the data is there, the split is not: a prepare would not help
+                raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
             raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
         ref = ref or default_ref
         if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
