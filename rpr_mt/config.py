@@ -301,6 +301,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise UserError(f"config file {path} is a directory; give a YAML file, e.g. configs/demo.yaml")
         if not path.is_file():
             raise UserError(f"config file not found: {path}")
         try:
