@@ -179,6 +179,7 @@ class Config:
         for key in ("src_lang", "tgt_lang"):  # the BLEU tokenizer's language: a typo must not change the score silently
             _require(getattr(d, key) in ISO_639_1, f"data.{key} must be a two-letter ISO 639-1 language code such as "
                      f"en, de or fr (got {getattr(d, key)!r})")
+        validate_data(d)
         _require(d.vocab_size >= 16, "data.vocab_size must be at least 16")
         _require(d.max_words > 0, "data.max_words must be positive")
         _require(d.max_train_tokens is None or d.max_train_tokens > 0, "data.max_train_tokens must be positive")
@@ -254,6 +255,30 @@ class Config:
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
         return self
+
+
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def validate_data(config: DataConfig) -> None:
+    """The data section's checks that name files and splits; ``prepare`` runs them too, for a ``DataConfig`` built
+    in code. Part of ``Config.validate``, so that ``train`` rejects these values before it starts preparing data."""
+    if config.src_lang == config.tgt_lang:
+        raise UserError(f"data.src_lang and data.tgt_lang must differ (both are '{config.src_lang}')")
+    for key in ("src_lang", "tgt_lang"):
+        if not _SPLIT_NAME.match(getattr(config, key)):
+            raise UserError(f"data.{key} must be a plain language code like 'en' (got {getattr(config, key)!r})")
+    names = config.demo_sizes if config.source == "demo" else config.splits if config.source == "files" else {}
+    prefix = "data.demo_sizes" if config.source == "demo" else "data.splits"
+    for name in names:
+        if not _SPLIT_NAME.match(name):
+            raise UserError(f"{prefix}.{name}: split names may use only letters, digits, '_' and '-'")
+    if config.source == "demo" and "train" not in config.demo_sizes:
+        raise UserError("data.demo_sizes must have a 'train' entry")
+    if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
+        raise UserError(f"data.output_dir must name a directory of its own (got {config.output_dir!r})")
+    if config.max_train_pairs is not None and config.max_train_pairs <= 0:
+        raise UserError("data.max_train_pairs must be positive")
 
 
 _SECTION_NAMES = {DataConfig: "data", ModelConfig: "model", TrainConfig: "train", DecodeConfig: "decode"}
