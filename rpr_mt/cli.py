@@ -37,7 +37,7 @@ def _no_type_on_flags(params: list) -> list:
     return params
 
 
-# click's UsageError, whether typer uses click or (typer >= 0.25) its own copy of it
+# click's UsageError, whether typer uses click itself or (newer typer) a copy of it inside typer
 _UsageError = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
 
 
@@ -51,7 +51,9 @@ def _one_line_usage_error(exc: Exception) -> typer.Exit:
     return typer.Exit(exc.exit_code)
 
 
-class _Command(TyperCommand):
+class _Parsing:
+    """Shared by the group and its commands: no type column for flags in --help, and one-line usage errors."""
+
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         return _no_type_on_flags(super().get_params(ctx))
 
@@ -62,16 +64,11 @@ class _Command(TyperCommand):
             raise _one_line_usage_error(exc) from None
 
 
-class _Group(TyperGroup):
-    def get_params(self, ctx):  # noqa: ANN001, ANN201
-        return _no_type_on_flags(super().get_params(ctx))
+class _Command(_Parsing, TyperCommand):
+    pass
 
-    def make_context(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201
-        try:
-            return super().make_context(*args, **kwargs)
-        except _UsageError as exc:
-            raise _one_line_usage_error(exc) from None
 
+class _Group(_Parsing, TyperGroup):
     def resolve_command(self, ctx, args):  # noqa: ANN001, ANN201 (an unknown command name)
         try:
             return super().resolve_command(ctx, args)
