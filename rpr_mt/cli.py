@@ -37,14 +37,43 @@ def _no_type_on_flags(params: list) -> list:
     return params
 
 
-class _Command(TyperCommand):
+# click's UsageError, whether typer uses click itself or (newer typer) a copy of it inside typer
+_UsageError = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
+
+
+def _one_line_usage_error(exc: Exception) -> typer.Exit:
+    """A usage error (an unknown option, a value of the wrong type, a missing argument) as the one `error:` line and
+    exit code 2 that every other bad input gets, instead of click's framed usage block."""
+    if type(exc).__name__ == "NoArgsIsHelpError":  # `rpr-mt` alone: the help, as before
+        raise exc
+    command = exc.ctx.command_path if exc.ctx is not None else "rpr-mt"
+    typer.echo(f"error: {command}: {' '.join(exc.format_message().split())} (see {command} --help)", err=True)
+    return typer.Exit(exc.exit_code)
+
+
+class _Parsing:
+    """Shared by the group and its commands: no type column for flags in --help, and one-line usage errors."""
+
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         return _no_type_on_flags(super().get_params(ctx))
 
+    def make_context(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 (parsing happens here)
+        try:
+            return super().make_context(*args, **kwargs)
+        except _UsageError as exc:
+            raise _one_line_usage_error(exc) from None
 
-class _Group(TyperGroup):
-    def get_params(self, ctx):  # noqa: ANN001, ANN201
-        return _no_type_on_flags(super().get_params(ctx))
+
+class _Command(_Parsing, TyperCommand):
+    pass
+
+
+class _Group(_Parsing, TyperGroup):
+    def resolve_command(self, ctx, args):  # noqa: ANN001, ANN201 (an unknown command name)
+        try:
+            return super().resolve_command(ctx, args)
+        except _UsageError as exc:
+            raise _one_line_usage_error(exc) from None
 
 
 app = typer.Typer(
@@ -139,7 +168,7 @@ def translate(
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
 
-    _check_output(output, "--output")
+    _check_output(output, "--output", inputs=[input, checkpoint])
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens)
     lines = read_lines(input)
@@ -183,8 +212,13 @@ def eval_bleu(
         data_dir = Path(cfg.data.output_dir)
         src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
         if not src_path.is_file():
+            prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
+            if prepared:  # the data is there, the split is not: a prepare would not help
+                raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
             raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
         ref = ref or default_ref
+        if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
+            _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None)
         hypotheses = list(
@@ -196,6 +230,8 @@ def eval_bleu(
     else:
         if hyp is None or ref is None:
             raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
+        if save_hyp is not None:  # nothing is translated, so nothing would be saved
+            raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
         lang = lang or language_from_path(ref)
         if lang is None:
@@ -235,7 +271,10 @@ def average_checkpoints_command(
     if ckpt.STEP_PATTERN.search(output.name):  # resume and pruning would take it for a training checkpoint
         raise UserError(f"--output {output}: a numbered name (checkpoint_NNNNNNNN.pt) is reserved for training "
                         "checkpoints; choose another name, e.g. checkpoint_avg.pt")
-    _check_output(str(output), "--output")
+    if output.name == "checkpoint_best.pt":  # training writes it, and --which best would load the average
+        raise UserError(f"--output {output}: checkpoint_best.pt is reserved for the training's best checkpoint; "
+                        "choose another name, e.g. checkpoint_avg.pt")
+    _check_output(str(output), "--output", inputs=paths, text=False)
     ckpt.save_checkpoint(ckpt.average_checkpoints(paths, report=_stderr), output)
     typer.echo(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {output}", err=True)
 
@@ -249,6 +288,8 @@ def plot(
     """Draw one run's learning curves (loss, dev BLEU, learning rate, tokens/s) as a PNG; needs matplotlib."""
     from rpr_mt.curves import plot_run
 
+    if output is not None:
+        _check_output(str(output), "--output", text=False)
     typer.echo(f"wrote {plot_run(run, output)}", err=True)
 
 
@@ -317,9 +358,11 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
     return decode
 
 
-def _check_output(path: str, option: str) -> None:
+def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
     """Before any work: an output file's directory must exist and be writable, and the path must not be a directory
-    (a failed write after decoding would lose the translations)."""
+    (a failed write after decoding would lose the translations). Nor may the output replace one of the command's
+    ``inputs`` or, for a ``text`` output, a checkpoint (``*.pt``): a typo must not destroy the source text, the
+    references or a model."""
     if path == "-":
         return
     target = Path(path)
@@ -330,6 +373,12 @@ def _check_output(path: str, option: str) -> None:
         raise UserError(f"{option} {path}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
         raise UserError(f"{option} {path}: not writable")
+    if target.is_file():
+        if any(str(source) != "-" and Path(source).is_file() and target.samefile(source) for source in inputs):
+            raise UserError(f"{option} {path} is also an input of this command; writing it would destroy that "
+                            "input: give another file name")
+        if text and target.suffix == ".pt":
+            raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
 
 
 def _write_lines(path: str, lines) -> None:

@@ -179,6 +179,7 @@ class Config:
         for key in ("src_lang", "tgt_lang"):  # the BLEU tokenizer's language: a typo must not change the score silently
             _require(getattr(d, key) in ISO_639_1, f"data.{key} must be a two-letter ISO 639-1 language code such as "
                      f"en, de or fr (got {getattr(d, key)!r})")
+        validate_data(d)
         _require(d.vocab_size >= 16, "data.vocab_size must be at least 16")
         _require(d.max_words > 0, "data.max_words must be positive")
         _require(d.max_train_tokens is None or d.max_train_tokens > 0, "data.max_train_tokens must be positive")
@@ -256,6 +257,30 @@ class Config:
         return self
 
 
+_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
+
+
+def validate_data(config: DataConfig) -> None:
+    """The data section's checks that name files and splits; ``prepare`` runs them too, for a ``DataConfig`` built
+    in code. Part of ``Config.validate``, so that ``train`` rejects these values before it starts preparing data."""
+    if config.src_lang == config.tgt_lang:
+        raise UserError(f"data.src_lang and data.tgt_lang must differ (both are '{config.src_lang}')")
+    for key in ("src_lang", "tgt_lang"):
+        if not _SPLIT_NAME.match(getattr(config, key)):
+            raise UserError(f"data.{key} must be a plain language code like 'en' (got {getattr(config, key)!r})")
+    names = config.demo_sizes if config.source == "demo" else config.splits if config.source == "files" else {}
+    prefix = "data.demo_sizes" if config.source == "demo" else "data.splits"
+    for name in names:
+        if not _SPLIT_NAME.match(name):
+            raise UserError(f"{prefix}.{name}: split names may use only letters, digits, '_' and '-'")
+    if config.source == "demo" and "train" not in config.demo_sizes:
+        raise UserError("data.demo_sizes must have a 'train' entry")
+    if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
+        raise UserError(f"data.output_dir must name a directory of its own (got {config.output_dir!r})")
+    if config.max_train_pairs is not None and config.max_train_pairs <= 0:
+        raise UserError("data.max_train_pairs must be positive")
+
+
 _SECTION_NAMES = {DataConfig: "data", ModelConfig: "model", TrainConfig: "train", DecodeConfig: "decode"}
 
 # The paper's two model sizes (Shaw et al. 2018, Section 4.1, following Vaswani et al. 2017).
@@ -301,6 +326,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
+        if path.is_dir():
+            raise UserError(f"config file {path} is a directory; give a YAML file, e.g. configs/demo.yaml")
         if not path.is_file():
             raise UserError(f"config file not found: {path}")
         try:

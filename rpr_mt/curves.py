@@ -8,6 +8,7 @@ invocation that resumed replace them, so each curve shows the updates that made 
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 from typing import Any
 
@@ -23,12 +24,14 @@ def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[st
         raise UserError(f"no metrics.jsonl in {run_dir} (is it a training run directory?)")
     train: list[dict[str, Any]] = []
     dev: list[dict[str, Any]] = []
-    for number, line in enumerate(path.read_text(encoding="utf-8").splitlines(), 1):
-        if not line.strip():
+    for number, raw in enumerate(path.read_bytes().split(b"\n"), 1):
+        if not raw.strip():
             continue
         try:
-            record = json.loads(line)
+            record = json.loads(raw.decode("utf-8"))
             step = int(record["step"])
+        except UnicodeDecodeError as exc:
+            raise UserError(f"{path}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") from None
         except (ValueError, KeyError, TypeError):
             raise UserError(f"{path}: line {number} is not a metrics record") from None
         series = dev if "dev_nll" in record else train if "loss" in record else None
@@ -48,9 +51,16 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     from rpr_mt.experiments.tables import pyplot  # matplotlib is an optional extra; pyplot() says how to install it
 
     run_dir = Path(run_dir)
-    train, dev = read_curves(run_dir)
-    plt = pyplot()
     output = Path(output) if output is not None else run_dir / "curves.png"
+    plt = pyplot()
+    from matplotlib.backend_bases import FigureCanvasBase
+
+    image_format = output.suffix.lstrip(".").lower()
+    formats = FigureCanvasBase.get_supported_filetypes()
+    if image_format not in formats:  # before reading the run; matplotlib would refuse only after drawing
+        raise UserError(f"--output {output}: the name must end in an image format matplotlib writes "
+                        f"({', '.join('.' + f for f in sorted(formats))}), e.g. curves.png")
+    train, dev = read_curves(run_dir)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     (ax_loss, ax_bleu), (ax_lr, ax_speed) = axes
 
@@ -77,7 +87,11 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         ax.grid(alpha=0.3)
     fig.suptitle(str(run_dir))
     fig.tight_layout()
-    output.parent.mkdir(parents=True, exist_ok=True)
-    fig.savefig(output, dpi=100)
-    plt.close(fig)
+    tmp = output.with_name(f".{output.name}.tmp")  # written whole, then renamed: a kill leaves no half image
+    try:
+        fig.savefig(tmp, dpi=100, format=image_format)
+        os.replace(tmp, output)
+    finally:
+        tmp.unlink(missing_ok=True)
+        plt.close(fig)
     return output

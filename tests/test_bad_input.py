@@ -96,6 +96,41 @@ def setup(root: Path) -> dict[str, str]:
     (root / "files.yaml").write_text(f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
                                      f"    train: {{src: {root / 'src.en'}, tgt: {root / 'missing.de'}}}\n",
                                      encoding="utf-8")
+    # --- for the cases added second: nested config, data sources, output safety, plot, usage errors
+    xl = torch.load(FIXTURE, weights_only=True)
+    xl.pop("checksum", None)
+    xl["config"]["model"]["positions"] = "xl"  # export refuses it from the config, before building the model
+    torch.save(xl, root / "xl.pt")
+    demo = root / "data" / "demo"  # the fixture checkpoints' data.output_dir, relative to the working directory
+    demo.mkdir(parents=True)
+    for name in ("dev.en", "dev.de", "test.en", "test.de"):
+        (demo / name).write_text("a b\n", encoding="utf-8")
+    (root / "config_dir.yaml").mkdir()
+    (root / "notab.tsv").write_text("no tab here\n", encoding="utf-8")
+    for name, text in {
+        "nested.yaml": "model:\n  t5:\n    num_bucket: 8\n",
+        "nested_scalar.yaml": "model:\n  xl: 5\n",
+        "split_key.yaml": "data:\n  source: files\n  splits:\n    train: {srcc: a.en, tgt: a.de}\n",
+        "betas.yaml": "train:\n  adam_betas: [0.9]\n",
+        "fraction.yaml": "train:\n  max_steps: 10.5\n",
+        "fp16.yaml": "train:\n  precision: fp16\n  device: cpu\n",
+        "tab.yaml": "model:\n\td_model: 8\n",
+        "pairs.yaml": "data:\n  max_train_pairs: -5\n",
+        "output_file.yaml": f"data:\n  output_dir: {root / 'afile'}\n",
+        "no_train.yaml": f"data:\n  output_dir: {root / 'prepared'}\n  demo_sizes: {{dev: 5}}\n",
+        "multi30k.yaml": f"data:\n  source: multi30k\n  multi30k_dir: {root / 'no_multi30k'}\n"
+                         f"  output_dir: {root / 'prepared'}\n",
+        "tsv.yaml": f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
+                    f"    train: {{tsv: {root / 'notab.tsv'}}}\n",
+        "dir_input.yaml": f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
+                          f"    train: {{src: {root / 'outdir'}, tgt: {root / 'src.en'}}}\n",
+    }.items():
+        (root / name).write_text(text, encoding="utf-8")
+    for name, text in {"metrics_ok": b'{"step": 1, "loss": 2.0, "lr": 0.1}\n',
+                       "metrics_bad": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": \n',
+                       "metrics_utf8": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "\xff"}\n'}.items():
+        (root / name).mkdir()
+        (root / name / "metrics.jsonl").write_bytes(text)
     return {}
 
 
@@ -165,9 +200,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("export: missing checkpoint", lambda r: ["export", f"{r}/nope.pt", "--output", f"{r}/ct2"], "checkpoint not found"),
     # --- more cases: checkpoints of the wrong kind, decoding options, every config class, data, plot, export
     ("translate: not a checkpoint", lambda r: ["translate", "--checkpoint", f"{r}/text.pt", "-i", f"{r}/src.en"],
-     "text.pt"),
+     "text.pt is not a checkpoint"),
     ("translate: checkpoint with code", lambda r: ["translate", "--checkpoint", f"{r}/code.pt", "-i", f"{r}/src.en"],
-     "code.pt"),
+     "code.pt holds more than weights"),
     ("translate: checkpoint without weights", lambda r: ["translate", "--checkpoint", f"{r}/nomodel.pt", "-i",
                                                          f"{r}/src.en"], "nomodel.pt"),
     ("translate: weights that do not fit the config", lambda r: ["translate", "--checkpoint", f"{r}/misfit.pt", "-i",
@@ -229,6 +264,109 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
                                                 "int3"], "--quantization"),
     ("export: truncated checkpoint", lambda r: ["export", f"{r}/truncated.pt", "--output", f"{r}/ct2"],
      "truncated.pt is corrupt or truncated"),
+    # --- added second: outputs that would replace an input or a checkpoint
+    ("translate: output is the input", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                                  "-o", f"{r}/src.en"], "src.en is also an input"),
+    ("translate: output is the checkpoint", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i",
+                                                       f"{r}/src.en", "-o", f"{r}/model.pt"], "model.pt is also an input"),
+    ("translate: output over a training checkpoint", lambda r: [
+        "translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en", "-o",
+        f"{r}/run/checkpoints/checkpoint_00000004.pt"], "checkpoint_00000004.pt is a checkpoint"),
+    ("eval-bleu: --save-hyp is the reference", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--ref",
+                                                          f"{r}/ref.de", "--save-hyp", f"{r}/ref.de"],
+     "ref.de is also an input"),
+    ("eval-bleu: --save-hyp is the split's reference", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt",
+                                                                  "--save-hyp", "data/demo/test.de"],
+     "test.de is also an input"),
+    ("eval-bleu: --save-hyp over a checkpoint", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt",
+                                                           "--save-hyp", f"{r}/other.pt"], "other.pt is a checkpoint"),
+    ("eval-bleu: --save-hyp without --checkpoint", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref",
+                                                              f"{r}/ref.txt", "--lang", "de", "--save-hyp",
+                                                              f"{r}/out.txt"], "--save-hyp goes with --checkpoint"),
+    ("average: output over the best checkpoint", lambda r: ["average-checkpoints", f"{r}/run", "--last", "1", "-o",
+                                                            f"{r}/run/checkpoints/checkpoint_best.pt"],
+     "checkpoint_best.pt is reserved"),
+    ("average: output is an input", lambda r: ["average-checkpoints", f"{r}/model.pt", f"{r}/model.pt", "-o",
+                                               f"{r}/model.pt"], "model.pt is also an input"),
+    ("export: output under a file", lambda r: ["export", f"{r}/other.pt", "--output", f"{r}/afile/deeper/ct2"],
+     "afile is not a directory"),
+    ("export: output exists", lambda r: ["export", f"{r}/other.pt", "--output", f"{r}/afile"], "pass --force"),
+    ("export: --force over a run", lambda r: ["export", f"{r}/model.pt", "--output", f"{r}/run", "--force"],
+     "not a CTranslate2 model directory"),
+    # --- added second: plot
+    ("plot: invalid UTF-8 in metrics", lambda r: ["plot", f"{r}/metrics_utf8"], "line 2: invalid UTF-8"),
+    ("plot: a broken metrics line", lambda r: ["plot", f"{r}/metrics_bad"], "line 2 is not a metrics record"),
+    ("plot: output is a directory", lambda r: ["plot", f"{r}/metrics_ok", "-o", f"{r}/outdir"],
+     "outdir is a directory"),
+    ("plot: output directory missing", lambda r: ["plot", f"{r}/metrics_ok", "-o", f"{r}/no/curves.png"],
+     "does not exist"),
+    ("plot: unknown image format", lambda r: ["plot", f"{r}/metrics_ok", "-o", f"{r}/curves.xyz"], "image format"),
+    # --- added second: kinds of checkpoint and model
+    ("average: a text file among the inputs", lambda r: ["average-checkpoints", f"{r}/model.pt", f"{r}/text.pt", "-o",
+                                                         f"{r}/avg.pt"], "text.pt is not a checkpoint"),
+    ("export: refused pickled code", lambda r: ["export", f"{r}/code.pt", "--output", f"{r}/ct2"],
+     "Unsupported global"),
+    ("export: a model CTranslate2 cannot hold", lambda r: ["export", f"{r}/xl.pt", "--output", f"{r}/ct2"],
+     "model.positions=xl cannot be exported"),
+    ("export: --which average without one", lambda r: ["export", f"{r}/run", "--output", f"{r}/ct2", "--which",
+                                                       "average"], "no checkpoint_avg.pt"),
+    ("translate: --which average without one", lambda r: ["translate", "--checkpoint", f"{r}/run", "--which",
+                                                          "average"], "no checkpoint_avg.pt"),
+    ("translate: a checkpoint as input text", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i",
+                                                         f"{r}/model.pt"], "model.pt: line 1: invalid UTF-8"),
+    ("translate: nbest 0", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en", "--nbest",
+                                      "0"], "--nbest"),
+    ("translate: NaN length penalty", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                                 "--length-penalty", "nan"], "--length-penalty must be a finite"),
+    ("eval-bleu: unknown split", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--split", "valid"],
+     "no such split (it has dev, test)"),
+    ("eval-bleu: invalid UTF-8 reference", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref",
+                                                      f"{r}/bad.txt", "--lang", "de"], "bad.txt: line 2: invalid UTF-8"),
+    ("eval-bleu: reference is a directory", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref", f"{r}/outdir",
+                                                       "--lang", "de"], "outdir: cannot read"),
+    # --- added second: usage errors (click's framed block before) are one line too
+    ("usage: value of the wrong type", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "--beam-size",
+                                                  "four"], "'--beam-size'"),
+    ("usage: unknown option", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "--beem", "4"],
+     "No such option: --beem"),
+    ("usage: missing option", lambda r: ["translate"], "Missing option '--checkpoint'"),
+    ("usage: unknown command", lambda r: ["trian"], "No such command 'trian'"),
+    ("usage: a flag given a value", lambda r: ["train", "--dry-run=true"], "does not take a value"),
+    # --- added second: config at nested levels, types, and train's checks before work
+    ("train: config is a directory", lambda r: ["train", "--config", f"{r}/config_dir.yaml"], "is a directory"),
+    ("train: unknown nested key", lambda r: ["train", "--config", f"{r}/nested.yaml"],
+     "did you mean 'model.t5.num_buckets'"),
+    ("train: nested section is a number", lambda r: ["train", "--config", f"{r}/nested_scalar.yaml"],
+     "model.xl must be a mapping"),
+    ("train: unknown key in a split", lambda r: ["train", "--config", f"{r}/split_key.yaml"],
+     "did you mean 'data.splits.train.src'"),
+    ("train: pair of the wrong length", lambda r: ["train", "--config", f"{r}/betas.yaml"],
+     "train.adam_betas must be a list of 2 values"),
+    ("train: fraction where an integer is due", lambda r: ["train", "--config", f"{r}/fraction.yaml"],
+     "train.max_steps must be an integer"),
+    ("train: fp16 on CPU", lambda r: ["train", "--config", f"{r}/fp16.yaml"], "'fp16' needs CUDA"),
+    ("train: tab in YAML", lambda r: ["train", "--config", f"{r}/tab.yaml"], "line 2 invalid YAML"),
+    ("train: negative max_train_pairs", lambda r: ["train", "--config", f"{r}/pairs.yaml"],
+     "data.max_train_pairs must be positive"),
+    ("train: --set below a value", lambda r: ["train", "--set", "model.d_model.x=1"],
+     "model.d_model must be an integer"),
+    ("train: --set unknown section", lambda r: ["train", "--set", "modle.d_model=8"], "did you mean 'model'"),
+    ("train: --more-steps without checkpoints", lambda r: ["train", "--set", f"train.run_dir={r}/fresh",
+                                                           "--more-steps", "3"], "no checkpoint to continue"),
+    ("train: --more-steps on a budget run", lambda r: ["train", "--set", f"train.run_dir={r}/run", "--set",
+                                                       "train.lr_schedule=budget", "--set", "train.max_time=60",
+                                                       "--more-steps", "3"], "'budget' schedule"),
+    # --- added second: prepare's sources
+    ("prepare: output_dir is a file", lambda r: ["prepare", "--config", f"{r}/output_file.yaml"],
+     "does not hold prepared data"),
+    ("prepare: demo without a train split", lambda r: ["prepare", "--config", f"{r}/no_train.yaml"],
+     "data.demo_sizes must have a 'train' entry"),
+    ("prepare: missing multi30k_dir", lambda r: ["prepare", "--config", f"{r}/multi30k.yaml"],
+     "data.multi30k_dir not found"),
+    ("prepare: TSV line without a tab", lambda r: ["prepare", "--config", f"{r}/tsv.yaml"],
+     "notab.tsv:1: expected exactly one tab"),
+    ("prepare: input is a directory", lambda r: ["prepare", "--config", f"{r}/dir_input.yaml"],
+     "input is not a file"),
 ]
 
 

@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, TextIO
 
 import rpr_mt
-from rpr_mt.config import DataConfig
+from rpr_mt.config import DataConfig, validate_data
 from rpr_mt.data import binarize, sources
 from rpr_mt.data.clean import CleanStats, TrainFilter, require_some_kept, write_clean_split
 from rpr_mt.data.vocab import BOS_ID, EOS_ID, MODEL_FILE, PAD_ID, UNK_ID, ReservoirSample, Vocab, \
@@ -47,7 +47,6 @@ log = logging.getLogger(__name__)
 FORMAT_VERSION = 1  # bump when the on-disk layout or its meaning changes: older prepared data becomes stale
 MANIFEST = "manifest.json"
 SAMPLE_SEED = 20180306  # seeds the reservoir sample SentencePiece trains on
-_SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 _LOCK = ".lock"
 _IO_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM}
 
@@ -59,7 +58,7 @@ _IO_ERRORS = {errno.ENOSPC, errno.EDQUOT, errno.EACCES, errno.EROFS, errno.EPERM
 
 def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -> Path:
     """Build the prepared data for ``config`` in ``config.output_dir`` (a no-op when it is up to date)."""
-    _validate(config)
+    validate_data(config)  # a config loaded from YAML was checked already; a DataConfig built in code was not
     out = Path(os.path.abspath(config.output_dir))  # normalised: "data/demo/" and "./data/demo" are one place
     _remove_leftovers(out)
     if not force:
@@ -171,23 +170,6 @@ def config_hash(config: DataConfig) -> str:
 # ------------------------------------------------------------------------------------------------------------------
 # Building
 # ------------------------------------------------------------------------------------------------------------------
-
-
-def _validate(config: DataConfig) -> None:
-    if config.src_lang == config.tgt_lang:
-        raise UserError(f"data.src_lang and data.tgt_lang must differ (both are '{config.src_lang}')")
-    for key in ("src_lang", "tgt_lang"):
-        if not _SPLIT_NAME.match(getattr(config, key)):
-            raise UserError(f"data.{key} must be a plain language code like 'en' (got {getattr(config, key)!r})")
-    names = config.demo_sizes if config.source == "demo" else config.splits if config.source == "files" else {}
-    prefix = "data.demo_sizes" if config.source == "demo" else "data.splits"
-    for name in names:
-        if not _SPLIT_NAME.match(name):
-            raise UserError(f"{prefix}.{name}: split names may use only letters, digits, '_' and '-'")
-    if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
-        raise UserError(f"data.output_dir must name a directory of its own (got {config.output_dir!r})")
-    if config.max_train_pairs is not None and config.max_train_pairs <= 0:
-        raise UserError("data.max_train_pairs must be positive")
 
 
 def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:

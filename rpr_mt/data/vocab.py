@@ -73,7 +73,22 @@ def train_sentencepiece(
         raise _training_error(str(exc), vocab_size) from None
     finally:
         sample_file.unlink(missing_ok=True)
+    _drop_build_details(workdir / MODEL_FILE)
     return workdir / MODEL_FILE
+
+
+def _drop_build_details(path: Path) -> None:
+    """Clear what SentencePiece records about the build itself: the sample file's path (inside a temporary
+    directory named after the preparing process), the output prefix and the thread count. Encoding never reads them,
+    but they made every preparation of the same corpus a different file, so a vocabulary fingerprint (the file's
+    sha256) changed when the same data was prepared again, and the run could no longer resume from its checkpoints."""
+    from sentencepiece import sentencepiece_model_pb2
+
+    proto = sentencepiece_model_pb2.ModelProto()
+    proto.ParseFromString(path.read_bytes())
+    for name in ("input", "model_prefix", "num_threads"):
+        proto.trainer_spec.ClearField(name)
+    path.write_bytes(proto.SerializeToString())
 
 
 def _training_error(message: str, vocab_size: int) -> UserError:

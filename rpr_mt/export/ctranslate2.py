@@ -327,6 +327,11 @@ def export_ctranslate2(
             raise UserError(f"{output} already exists; pass --force to replace it")
         if not _looks_like_ctranslate2_model(output):
             raise UserError(f"{output} exists and is not a CTranslate2 model directory; refusing to replace it")
+    ancestor = output.parent  # missing directories are created below it, so it must be one (checked before work)
+    while not ancestor.exists() and ancestor != ancestor.parent:
+        ancestor = ancestor.parent
+    if not ancestor.is_dir():
+        raise UserError(f"--output {output}: {ancestor} is not a directory")
 
     resolved = resolve_checkpoint(source, which)
     payload = load_checkpoint(resolved)

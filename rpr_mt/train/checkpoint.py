@@ -103,12 +103,18 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
+    with open(path, "rb") as handle:
+        magic = handle.read(4)
+    if magic and not magic.startswith((b"PK\x03\x04", b"\x80")):  # neither torch's zip format nor a legacy pickle
+        raise UserError(f"{path} is not a checkpoint (not a file torch.save wrote)")
     try:
         payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:  # weights_only refuses anything but tensors and plain containers
-        first = str(exc).strip().splitlines()[0] if str(exc).strip() else ""
+        # torch's message is a paragraph of advice; the reason is the sentence after "WeightsUnpickler error:"
+        lines = [line.strip() for line in (str(exc).partition("WeightsUnpickler error:")[2] or str(exc)).splitlines()]
+        reason = next((line for line in lines if line), type(exc).__name__).split(". ")[0].rstrip(".")
         raise UserError(f"checkpoint {path} holds more than weights (refused by weights_only loading, which does "
-                        f"not run code from a file): {' '.join(first.split()[:30])}") from None
+                        f"not run code from a file: {reason})") from None
     except Exception as exc:  # torch raises several types for truncated/corrupt zip archives
         reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
         raise UserError(f"checkpoint {path} is corrupt or truncated ({' '.join(reason.split()[:30])})") from None

@@ -359,6 +359,11 @@ def train(
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    if more_steps is not None and not ckpt.list_step_checkpoints(run_dir):
+        raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
+    if more_steps is not None and t.lr_schedule == "budget":
+        raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
+                        "time-budget run with --set train.max_time=SECONDS (its new total) instead")
     if t.init_from is not None and not ckpt.list_step_checkpoints(run_dir):  # a resumed run no longer reads it
         try:
             ckpt.resolve_checkpoint(t.init_from, "best")
@@ -423,11 +428,8 @@ def train(
     elif t.init_from is not None:
         _init_from(t, model, optimizer, vocab_info, data_dir, log)
     if more_steps is not None:
-        if found is None:
+        if found is None:  # every checkpoint is corrupt (each was named above)
             raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
-        if t.lr_schedule == "budget":
-            raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
-                            "time-budget run with --set train.max_time=SECONDS (its new total) instead")
         t = dataclasses.replace(t, max_steps=state.step + more_steps, max_epochs=None, max_time=None, patience=None)
         cfg = dataclasses.replace(cfg, train=t)
         log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")

@@ -58,6 +58,20 @@ def test_fingerprint_is_sha256_of_the_model(demo_vocab):
     assert Vocab.load(demo_vocab.path.parent).fingerprint == demo_vocab.fingerprint  # a directory works too
 
 
+def test_the_same_corpus_gives_the_same_model_file_wherever_it_is_built(tmp_path):
+    """Preparing the same data again (`prepare --force`, or a stale or damaged prepared directory) must not change
+    the vocabulary fingerprint that a run's checkpoints are checked against: SentencePiece records the sample file's
+    path (a temporary directory named after the process) and the thread count, which are now cleared."""
+    sentences = [s for pair in demo.generate_demo(300, seed=3) for s in pair]
+    built = []
+    for name in (".data.tmp-101", ".data.tmp-202"):
+        (tmp_path / name).mkdir()
+        built.append(train_sentencepiece(sentences, tmp_path / name, vocab_size=150, model_type="bpe",
+                                         character_coverage=1.0))
+    assert built[0].read_bytes() == built[1].read_bytes()
+    assert Vocab.load(built[0]).encode(sentences[0]) == Vocab.load(built[1]).encode(sentences[0])
+
+
 def test_vocab_too_large_for_the_corpus_is_a_clear_error(tmp_path):
     with pytest.raises(UserError, match=r"data.vocab_size=5000 is too large .* set data.vocab_size to \d+ or less"):
         train_sentencepiece(["a tiny corpus", "with few words"] * 10, tmp_path, vocab_size=5000, model_type="bpe",

@@ -161,3 +161,21 @@ def test_a_run_stopped_off_the_save_grid_averages_and_keeps_what_an_uninterrupte
     assert averaged["model"].keys() == expected["model"].keys()
     for key, tensor in expected["model"].items():
         assert torch.equal(tensor, averaged["model"][key]), key
+
+
+def test_a_run_resumes_after_its_damaged_prepared_data_was_prepared_again(tmp_path, demo_data):  # noqa: F811
+    """A truncated id array makes the prepared data stale, so train prepares it again; the same corpus must give the
+    same SentencePiece file, or the run's checkpoints would be refused as 'trained with another vocabulary'."""
+    import shutil
+
+    data = tmp_path / "data"
+    shutil.copytree(demo_data, data)
+    raw = tiny(data, tmp_path / "run", train={"max_steps": 8, "save_every": 4, "validate_every": 100})
+    train(config_from_dict({**raw, "train": {**raw["train"], "max_steps": 4}}), progress=False)
+    fingerprint = (data / "spm.model").read_bytes()
+    ids = data / "train.src.ids.npy"
+    size = ids.stat().st_size
+    ids.write_bytes(ids.read_bytes()[:-64])
+    result = train(config_from_dict(raw), progress=False)
+    assert ids.stat().st_size == size  # prepared again
+    assert result.step == 8 and (data / "spm.model").read_bytes() == fingerprint
