@@ -173,17 +173,36 @@ def _saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) 
 
 
 def _config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``section.key: old -> new`` for each setting that would make ``new`` another run than ``old``. A key that
+    ``old`` lacks was added to rpr-mt after that run began; at its default value it changes nothing."""
+    defaults = _flat(config_to_dict(Config()))
+    old, new = _flat(old), _flat(new)
     diffs = []
-    for section in ("data", "model", "train"):
-        for key in sorted(set(old.get(section, {})) | set(new.get(section, {}))):
-            if section == "train" and key in RESUMABLE_TRAIN_KEYS:
-                continue
-            if section == "train" and key == "run_dir":  # the run is this directory, however the path is spelled
-                continue
-            a, b = old.get(section, {}).get(key), new.get(section, {}).get(key)
-            if a != b:
-                diffs.append(f"{section}.{key}: {a!r} -> {b!r}")
+    for name in sorted(set(old) | set(new)):
+        section, _, key = name.partition(".")
+        if section not in ("data", "model", "train"):
+            continue
+        if section == "train" and key.split(".")[0] in RESUMABLE_TRAIN_KEYS:
+            continue
+        if name == "train.run_dir":  # the run is this directory, however the path is spelled
+            continue
+        a, b = old.get(name), new.get(name)
+        if name not in old and b == defaults.get(name):
+            continue
+        if a != b:
+            diffs.append(f"{name}: {a!r} -> {b!r}")
     return diffs
+
+
+def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"t5": {"num_buckets": 32}}} -> {"model.t5.num_buckets": 32}: nested sections compare key by key."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict):
+            flat.update(_flat(value, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat
 
 
 def tensorboard_tag(key: str) -> str:

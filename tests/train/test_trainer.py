@@ -126,6 +126,27 @@ def test_run_dir_with_another_config_is_refused_unless_overwrite(tmp_path, demo_
     assert train(other, overwrite=True, progress=False).step == 2
 
 
+def test_run_dir_from_before_a_config_key_existed_resumes(tmp_path, demo_data):
+    """A run whose config.yaml predates the model.t5/xl/rope sections (and a nested key) is the same run at their
+    defaults, and another run when one of them is set."""
+    import yaml
+
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2})), progress=False)
+    config_path = tmp_path / "run" / "config.yaml"
+    saved = yaml.safe_load(config_path.read_text())
+    for section in ("t5", "xl"):
+        del saved["model"][section]
+    del saved["model"]["rope"]["base"]
+    config_path.write_text(yaml.safe_dump(saved))
+    assert train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 3})), progress=False).step == 3
+
+    config_path.write_text(yaml.safe_dump(saved))
+    other = config_from_dict(tiny(demo_data, tmp_path / "run", model={"t5": {"num_buckets": 16}},
+                                  train={"max_steps": 4}))
+    with pytest.raises(UserError, match=r"different config \(model.t5.num_buckets: None -> 16\)"):
+        train(other, progress=False)
+
+
 def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, demo_data, capsys):
     train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 8})), progress=False)
     latest = ckpt.list_step_checkpoints(tmp_path / "run")[-1]
