@@ -81,7 +81,7 @@ def scheme_layers(heads: int, dim: int, clip: int, device: str) -> dict[str, Att
 
 
 def scheme_attention(layer: AttentionPositions, q, k, v):
-    return layer.attend(layer.rotate(q, 0), layer.rotate(k, 0), v, attn_mask=None, offset=0, dropout_p=0.0)
+    return layer.attend(q, k, v, attn_mask=None, offset=0, dropout_p=0.0, rotated=False)  # as in training
 
 
 def manual_attention(q, k, v):

@@ -6,6 +6,9 @@ lives in ``rpr_mt.model.kernels``. A self-attention layer owns its scheme's ``At
     project q, k, v  ->  rotate q and the new k (RoPE)  ->  append k, v to the cache  ->  attend (content attention
     with the scheme's logit bias, or the scheme's own product: Shaw's tables, Transformer-XL)  ->  out_proj
 
+Without a cache (training, the encoder) nothing is cached, so the rotation is left to ``attend`` (``rotated=False``),
+which does it inside the attention kernel when it can.
+
 Encoder-decoder attention has none and is content-only. ``relative_attention`` (Shaw et al. 2018, eqs. (3)-(4)),
 ``causal_mask`` and ``KVCache`` are re-exported here for callers that import them from this module.
 """
@@ -98,7 +101,7 @@ class MultiHeadAttention(nn.Module):
         if not cross:
             offset = 0 if cache is None else cache.length  # the new queries and keys sit at offset ..
             q, k, v = self._heads(F.linear(query, self.in_proj_weight, self.in_proj_bias), 3)
-            if self.positions is not None:
+            if self.positions is not None and cache is not None:  # the cache holds rotated keys (RoPE)
                 q, k = self.positions.rotate(q, offset), self.positions.rotate(k, offset)
             if cache is not None:
                 if cache.k is not None:
@@ -122,7 +125,8 @@ class MultiHeadAttention(nn.Module):
                 cache.query_offset += q_len
 
         if self.positions is not None and not cross:
-            out = self.positions.attend(q, k, v, attn_mask=attn_mask, offset=offset, dropout_p=dropout_p)
+            out = self.positions.attend(q, k, v, attn_mask=attn_mask, offset=offset, dropout_p=dropout_p,
+                                        rotated=cache is not None)
         else:
             out = content_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)  # [B, H, Lq, d_head]
         return self.out_proj(out.transpose(1, 2).reshape(batch, q_len, d))

@@ -27,7 +27,18 @@ def test_old_checkpoint_translates_as_before(cell):
     model, _, vocab, _ = load_for_inference(FIXTURES / f"old_{cell}.pt")
     for beam in (1, 4):
         decode = DecodeConfig(beam_size=beam, nbest=beam, max_len_a=1.0, max_len_b=5)
-        assert translate_lines(model, vocab, EXPECTED["lines"], decode=decode, device="cpu") == EXPECTED[cell][f"beam{beam}"]
+        got = translate_lines(model, vocab, EXPECTED["lines"], decode=decode, device="cpu")
+        assert _parts(got) == _parts(EXPECTED[cell][f"beam{beam}"])  # the same n-best lists, hypothesis by hypothesis
+        # Scores to the printed precision: one rounding step of the last digit is float32 summation order (where the
+        # d^-1/2 scale is applied), not a change of model.
+        for a, b in zip(got, EXPECTED[cell][f"beam{beam}"]):
+            if "\t" in b:
+                assert abs(float(a.split("\t")[1]) - float(b.split("\t")[1])) <= 1.5e-4, (a, b)
+
+
+def _parts(nbest: list[str]) -> list[tuple[str, ...]]:
+    """Lines "hypothesis", or n-best lines "index<TAB>score<TAB>hypothesis" without their scores."""
+    return [tuple(line.split("\t")[::2]) for line in nbest]
 
 
 def test_old_names_are_renamed_and_nothing_is_left_over():

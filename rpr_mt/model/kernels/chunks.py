@@ -59,9 +59,13 @@ def flat(x: Tensor) -> Tensor:
     return x.reshape(-1, *x.shape[-2:])
 
 
-def bmm_into(a: Tensor, b: Tensor, out: Tensor) -> Tensor:
-    """Batched matmul of [.., m, n] @ [.., n, p] into a contiguous ``out`` [.., m, p] (same leading dims)."""
-    torch.bmm(flat(a), flat(b), out=flat(out))
+def bmm_into(a: Tensor, b: Tensor, out: Tensor, alpha: float = 1.0) -> Tensor:
+    """Batched matmul alpha [.., m, n] @ [.., n, p] into a contiguous ``out`` [.., m, p] (same leading dims). The
+    GEMM applies alpha as it writes: a scale costs no pass of its own."""
+    if alpha == 1.0:
+        torch.bmm(flat(a), flat(b), out=flat(out))
+    else:  # beta = 0: out's old contents (even NaN) are ignored
+        torch.baddbmm(flat(out), flat(a), flat(b), beta=0.0, alpha=alpha, out=flat(out))
     return out
 
 
@@ -84,6 +88,10 @@ class ChunkBuffers:
         buf = self(name, tuple(x.shape))
         return buf.copy_(x) if scale is None else torch.mul(x, scale, out=buf)
 
+    def contiguous(self, name: str, x: Tensor) -> Tensor:
+        """A chunk block as it is when contiguous (read only), else its copy in buffer ``name``."""
+        return x if x.is_contiguous() else self.copy(name, x)
+
 
 def matrix_bytes(q_len: int, k_len: int, dim: int, element_size: int) -> int:
     """Bytes per [Lq, Lk] matrix of the largest per-chunk buffer (scores, or the k/v copies when Lq is small)."""
@@ -98,11 +106,15 @@ def by_head(x: Tensor) -> Tensor:
     return x.view(x.shape[0], -1, x.shape[-1])
 
 
-def times_table_t(x: Tensor, table: Tensor, hs: slice) -> Tensor:
-    """x @ w^T for a chunk x [h, b, L, d] and the table of its heads (shared [R, d] or per head [H, R, d])."""
+def times_table_t(x: Tensor, table: Tensor, hs: slice, alpha: float = 1.0) -> Tensor:
+    """alpha x @ w^T for a chunk x [h, b, L, d] and the table of its heads (shared [R, d] or per head [H, R, d])."""
     if table.dim() == 2:
-        return (x.view(-1, x.shape[-1]) @ table.t()).view(*x.shape[:-1], -1)
-    return torch.bmm(by_head(x), table[hs].transpose(1, 2)).view(*x.shape[:-1], -1)
+        out = x.new_empty(x.numel() // x.shape[-1], table.shape[0])
+        torch.addmm(out, x.view(-1, x.shape[-1]), table.t(), beta=0.0, alpha=alpha, out=out)
+    else:
+        out = x.new_empty(x.shape[0], x.numel() // (x.shape[0] * x.shape[-1]), table.shape[-2])
+        torch.baddbmm(out, by_head(x), table[hs].transpose(1, 2), beta=0.0, alpha=alpha, out=out)
+    return out.view(*x.shape[:-1], -1)
 
 
 def add_times_table_(out: Tensor, f: Tensor, table: Tensor, hs: slice, alpha: float = 1.0) -> None:

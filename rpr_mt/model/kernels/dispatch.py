@@ -33,6 +33,7 @@ from rpr_mt.model.kernels import native
 from rpr_mt.model.kernels.fused import FusedRelativeAttention
 from rpr_mt.model.kernels.gather import relative_attention_gather
 from rpr_mt.model.kernels.geometry import relative_position_index
+from rpr_mt.model.kernels.rotary import rotate
 from rpr_mt.model.masks import as_4d, mask_bias, revive_dead_rows
 
 __all__ = ["IMPLEMENTATIONS", "choose_impl", "content_attention", "relative_attention"]
@@ -104,6 +105,7 @@ def relative_attention(
     attn_mask: Tensor | None = None,
     bias: Tensor | None = None,
     bucket_bias: Tensor | None = None,
+    rotary: tuple[Tensor, Tensor] | None = None,
     offset: int = 0,
     dropout_p: float = 0.0,
     impl: str = "auto",
@@ -128,6 +130,10 @@ def relative_attention(
             (differentiable), a term of the distance alone such as Transformer-XL's v . W_R R. With rel_k on the
             native path it is added to the [Lq, 2*clip+1] table products before they are placed (O(L) work);
             elsewhere it is spread into ``bias``.
+        rotary: cos and sin [P, d/2] of rotary angles (RoPE) for positions 0 .. P - 1, P >= max(offset + Lq, Lk):
+            q and k are turned by the angles of their positions before the product (half-split layout, as
+            ``kernels.rotary.rotate``), differentiably. The native path turns its head-major copies of q and k and
+            turns the gradients back chunk by chunk; elsewhere q and k are rotated first.
         offset: absolute position of the first query; queries sit at offset .. offset + Lq - 1 and keys at
             0 .. Lk - 1 (cached decoding).
         dropout_p: dropout on the attention probabilities (pass 0 in eval).
@@ -171,6 +177,11 @@ def relative_attention(
             raise ValueError("impl='sdpa' computes content attention only (no relative tables)")
     elif bucket_bias is None:
         clip = 0
+    if rotary is not None:
+        expected_rows = max(offset + q_len, k_len)
+        if len(rotary) != 2 or any(t.dim() != 2 or t.shape[0] < expected_rows or t.shape[1] * 2 != dim for t in rotary):
+            raise ValueError(f"rotary must be (cos, sin), each [P >= {expected_rows}, d/2 = {dim // 2}], got "
+                             f"{[tuple(t.shape) for t in rotary]}")
     if k_len == 0:  # nothing to attend to: every row is dead
         return q.new_zeros(q.shape)
     # Distances j - (i + offset) lie in [-(offset + Lq - 1), Lk - 1 - offset]. Buckets beyond the longest one are
@@ -196,6 +207,14 @@ def relative_attention(
         impl = choose_impl(q, k_len, tables=tables, needs_grad=needs_grad)
     elif impl == "native" and not native.available(q):
         raise ValueError(f"impl='native' needs float32 CPU tensors and a C compiler (got {dtype} on {q.device})")
+    angles = None
+    if rotary is not None:
+        cos, sin = (t.to(dtype) for t in rotary)
+        angles = (cos[offset:offset + q_len].contiguous(), sin[offset:offset + q_len].contiguous(),
+                  cos[:k_len].contiguous(), sin[:k_len].contiguous())
+        if impl != "native":  # only the native Function rotates inside
+            q, k = rotate(q, *angles[:2]), rotate(k, *angles[2:])
+            angles = None
     if bucket_bias is not None and not (impl == "native" and rel_k is not None):
         spread = bucket_bias[..., relative_position_index(q_len, k_len, clip, offset, q.device)]  # [H?, Lq, Lk]
         bias = _bias_4d(spread if bias is None else bias + spread, (batch, heads, q_len, k_len), dtype)
@@ -224,7 +243,7 @@ def relative_attention(
             # inference (translation) keeps nothing for a backward pass
             save_probs = needs_grad and _fits_saved_probs(q, k_len)
         function = native.NativeRelativeAttention if impl == "native" else FusedRelativeAttention
-        extra = () if bucket_bias is None else (bucket_bias,)  # only the native Function takes it (above)
+        extra = () if impl != "native" else (bucket_bias, angles)  # only the native Function takes these (above)
         return function.apply(
             q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs, *extra
         )
@@ -237,13 +256,16 @@ def content_attention(
     *,
     attn_mask: Tensor | None = None,
     bias: Tensor | None = None,
+    rotary: tuple[Tensor, Tensor] | None = None,
+    offset: int = 0,
     dropout_p: float = 0.0,
     impl: str = "auto",
 ) -> Tensor:
     """Scaled dot-product attention without relative tables: softmax(q k^T / sqrt(d) + bias, masked) v.
     Arguments as for ``relative_attention``."""
     return relative_attention(
-        q, k, v, None, None, clip=None, attn_mask=attn_mask, bias=bias, dropout_p=dropout_p, impl=impl
+        q, k, v, None, None, clip=None, attn_mask=attn_mask, bias=bias, rotary=rotary, offset=offset,
+        dropout_p=dropout_p, impl=impl,
     )
 
 

@@ -28,6 +28,7 @@ import torch
 from torch import Tensor
 
 from rpr_mt import native
+from rpr_mt.model.kernels.rotary import rotate_half_split, rotate_half_split_
 from rpr_mt.model.kernels.chunks import (
     ChunkBuffers,
     add_broadcast_grad_,
@@ -214,6 +215,7 @@ class NativeRelativeAttention(torch.autograd.Function):
     def forward(  # type: ignore[override]
         ctx, q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip: int, offset: int, dropout_p: float,
         chunk_bytes: int, save_probs: bool, bucket_bias: Tensor | None = None,
+        rotary: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
     ) -> Tensor:
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
@@ -222,7 +224,8 @@ class NativeRelativeAttention(torch.autograd.Function):
         if bias is not None and (bias.size(-1) != k_len or bias.stride(-1) != 1):
             bias = bias.expand(*bias.shape[:-1], k_len).contiguous()
         ctx.config = (clip, offset, dropout_p, chunk_bytes)
-        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, bucket_bias=bucket_bias)
+        ctx.rotary = rotary
+        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, bucket_bias=bucket_bias, rotary=rotary)
         probs = torch.empty(heads, batch, q_len, k_len) if save_probs else None
         folded = None if rel_v is None else torch.empty(heads, batch, q_len, 2 * clip + 1)
         out = torch.empty(heads, batch, q_len, dim)  # head-major [H, B, Lq, d]
@@ -248,7 +251,7 @@ class NativeRelativeAttention(torch.autograd.Function):
         clip, offset, dropout_p, _ = ctx.config
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
-        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, ctx.bufs, ctx.whole, bucket_bias)
+        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, ctx.bufs, ctx.whole, bucket_bias, ctx.rotary)
         bufs = rows.bufs
         grad_q = torch.empty(heads, batch, q_len, dim)  # head-major
         grad_k = torch.empty(heads, batch, k_len, dim)
@@ -261,9 +264,10 @@ class NativeRelativeAttention(torch.autograd.Function):
 
         for hs, bs in rows.chunks():
             q_c, k_c, v_c = rows.copies(hs, bs)
-            go_c = bufs.copy("go", go_h[hs, bs])
-            if dead is not None:
-                go_c.masked_fill_(block(dead.transpose(0, 1), hs, bs), 0)
+            if dead is not None:  # in a copy: the incoming gradient is not ours to change
+                go_c = bufs.copy("go", go_h[hs, bs]).masked_fill_(block(dead.transpose(0, 1), hs, bs), 0)
+            else:
+                go_c = bufs.contiguous("go", go_h[hs, bs])
             shape = (*q_c.shape[:3], k_len)
             if probs is not None:
                 p = probs[hs, bs]
@@ -281,20 +285,24 @@ class NativeRelativeAttention(torch.autograd.Function):
             bmm_into((p if dropped is None else dropped).transpose(-1, -2), go_c, grad_v[hs, bs])
             if rel_v is not None:
                 add_table_grad_(grad_rel_v, folded[hs, bs], go_c, hs)
-            gq_c = bmm_into(g, k_c, grad_q[hs, bs])
-            bmm_into(g.transpose(-1, -2), q_c, grad_k[hs, bs])
+            # the logits are scale * q . (k + w^K): every gradient through q or of a product with q takes the scale
+            gq_c = bmm_into(g, k_c, grad_q[hs, bs], alpha=rows.scale)
+            gk_c = bmm_into(g.transpose(-1, -2), q_c, grad_k[hs, bs], alpha=rows.scale)
             if fold_ds is not None:
-                add_times_table_(gq_c, fold_ds, rel_k, hs)
-                add_table_grad_(grad_rel_k, fold_ds, q_c, hs)
+                add_times_table_(gq_c, fold_ds, rel_k, hs, alpha=rows.scale)
+                add_table_grad_(grad_rel_k, fold_ds, q_c, hs, alpha=rows.scale)
                 if grad_bucket is not None:  # the bucket term's gradient: dS summed per bucket, over rows
                     if grad_bucket.dim() == 1:
                         grad_bucket.add_(fold_ds.sum((0, 1, 2)))
                     else:
                         grad_bucket[hs].add_(fold_ds.sum((1, 2)))
-        grad_q.mul_(dim**-0.5)  # the chunk's queries were scaled, so grad_k and the table gradients are final
+            if ctx.rotary is not None:  # the gradients of the unrotated q and k, turned back while in cache
+                cos_q, sin_q, cos_k, sin_k = ctx.rotary
+                rotate_half_split_(gq_c, cos_q, sin_q, inverse=True)
+                rotate_half_split_(gk_c, cos_k, sin_k, inverse=True)
         grad_bias = None if grad_bias_h is None else grad_bias_h.transpose(0, 1)
         grads = (grad_q.transpose(0, 1), grad_k.transpose(0, 1), grad_v.transpose(0, 1), grad_rel_k, grad_rel_v)
-        return grads + (grad_bias,) + (None,) * 8 + (grad_bucket,)
+        return grads + (grad_bias,) + (None,) * 8 + (grad_bucket, None)
 
 
 class _RowKernels:
@@ -302,11 +310,12 @@ class _RowKernels:
 
     def __init__(
         self, q, k, v, rel_k, bias, mask, keep, config, bufs: ChunkBuffers | None = None, whole=None,
-        bucket_bias: Tensor | None = None,
+        bucket_bias: Tensor | None = None, rotary: tuple[Tensor, Tensor, Tensor, Tensor] | None = None,
     ) -> None:
         self.q_h, self.k_h, self.v_h = q.transpose(0, 1), k.transpose(0, 1), v.transpose(0, 1)  # [H, B, L, d] views
         self.rel_k = rel_k
         self.bucket_bias = bucket_bias
+        self.rotary = rotary  # cos, sin [Lq, d/2] of the queries' angles, then those [Lk, d/2] of the keys
         self.bias_h = None if bias is None else bias.transpose(0, 1)
         self.mask_h = None if mask is None else _bytes(mask.transpose(0, 1))
         self.keep_h = None if keep is None else _bytes(keep.transpose(0, 1))
@@ -314,32 +323,46 @@ class _RowKernels:
         self.bufs = bufs or ChunkBuffers(q.dtype, q.device)
         self.whole: tuple[Tensor, Tensor, Tensor] | None = whole
         self.shape = (q.shape[1], q.shape[0], q.shape[2], k.shape[2], q.shape[3])  # H, B, Lq, Lk, d
+        self.scale = q.shape[3] ** -0.5
 
     def chunks(self) -> Iterator[tuple[slice, slice]]:
         heads, batch, q_len, k_len, dim = self.shape
         return chunks(heads, batch, matrix_bytes(q_len, k_len, dim, 4), self.chunk_bytes)
 
     def copies(self, hs: slice, bs: slice) -> tuple[Tensor, Tensor, Tensor]:
-        """Contiguous head-major copies of the chunk's queries (scaled by d^-1/2), keys and values.
+        """The chunk's queries, keys and values as contiguous head-major blocks (the queries unscaled: the matmuls
+        apply d^-1/2 as they write).
 
-        Up to _WHOLE_COPY_MAX_BYTES the whole of q, k, v is copied once, on the forward's first chunk, and the
-        backward pass reuses those copies (``whole``, kept on the autograd context): the copies are memory bound
-        and cost about as much as a matmul here. Above that, each chunk is copied into the chunk buffers."""
+        Inputs already stored head-major are read in place. Otherwise, up to _WHOLE_COPY_MAX_BYTES, the whole of q,
+        k, v is copied once, on the forward's first chunk, and the backward pass reuses those copies (``whole``,
+        kept on the autograd context): the copies are memory bound and cost about as much as a matmul here. Above
+        that, each chunk is copied into the chunk buffers. With ``rotary`` the copies of q and k are the rotated
+        ones (RoPE): the rotation costs no pass of its own."""
         heads, batch, q_len, k_len, dim = self.shape
         if self.whole is None and 4 * heads * batch * (q_len + 2 * k_len) * dim <= _WHOLE_COPY_MAX_BYTES:
-            q_scaled = torch.mul(self.q_h, dim**-0.5, out=torch.empty(self.q_h.shape))  # head-major, not q's strides
-            self.whole = (q_scaled, self.k_h.contiguous(), self.v_h.contiguous())
+            if self.rotary is None:
+                q_w, k_w = self.q_h.contiguous(), self.k_h.contiguous()
+            else:  # the rotation writes head-major storage: [B, H, L, d] in, its transpose is contiguous
+                cos_q, sin_q, cos_k, sin_k = self.rotary
+                q_w = rotate_half_split(self.q_h.transpose(0, 1), cos_q, sin_q).transpose(0, 1)
+                k_w = rotate_half_split(self.k_h.transpose(0, 1), cos_k, sin_k).transpose(0, 1)
+            self.whole = (q_w, k_w, self.v_h.contiguous())
         if self.whole is not None:
             return tuple(x[hs, bs] for x in self.whole)  # contiguous blocks of [H, B, L, d]
         bufs = self.bufs
-        q_c = bufs.copy("q", self.q_h[hs, bs], dim**-0.5)
-        return q_c, bufs.copy("k", self.k_h[hs, bs]), bufs.copy("v", self.v_h[hs, bs])
+        if self.rotary is None:
+            q_c, k_c = bufs.contiguous("q", self.q_h[hs, bs]), bufs.contiguous("k", self.k_h[hs, bs])
+        else:
+            cos_q, sin_q, cos_k, sin_k = self.rotary
+            q_c = rotate_half_split_(bufs.copy("q", self.q_h[hs, bs]), cos_q, sin_q)
+            k_c = rotate_half_split_(bufs.copy("k", self.k_h[hs, bs]), cos_k, sin_k)
+        return q_c, k_c, bufs.contiguous("v", self.v_h[hs, bs])
 
     def probabilities(self, p: Tensor, q_c, k_c, hs, bs, folded: Tensor | None, dropped: bool) -> Tensor:
         """p [h, b, Lq, Lk] <- softmax(q_c k_c^T + place(q_c w^K^T) + bias + mask) (undropped); folded <- fold of
         the probabilities the output uses. Returns those: p, or with ``dropped`` the dropped ones (a chunk buffer)."""
-        bmm_into(q_c, k_c.transpose(-1, -2), p)
-        key_buckets = None if self.rel_k is None else times_table_t(q_c, self.rel_k, hs)
+        bmm_into(q_c, k_c.transpose(-1, -2), p, alpha=self.scale)
+        key_buckets = None if self.rel_k is None else times_table_t(q_c, self.rel_k, hs, alpha=self.scale)
         if self.bucket_bias is not None:  # [R] or [H, R], on the bucket's logit like q . rel_k[r]
             b = self.bucket_bias
             key_buckets.add_(b if b.dim() == 1 else b[hs][:, None, None, :])

@@ -10,8 +10,13 @@
     rotate(x, offset)                        rotate queries or keys by their positions before the product (RoPE);
                                              keys are cached rotated
     logit_bias(q_len, k_len, offset, dev)    an additive logit bias broadcastable to [B, H, Lq, Lk] (T5, ALiBi)
-    attend(q, k, v, ...)                     the whole product, when the scheme owns it (Shaw's tables,
+    attend(q, k, v, ..., rotated)            the whole product, when the scheme owns it (Shaw's tables,
                                              Transformer-XL); by default content attention plus ``logit_bias``
+
+With a cache (decoding) the layer rotates q and the new keys itself, so that the cache holds rotated keys, and calls
+``attend(..., rotated=True)``. Without one (a whole sequence: training, the encoder) it hands q and k over unrotated
+(``rotated=False``), so that a rotating scheme can turn them inside the attention kernel (``Rotary``); the default
+``attend`` calls ``rotate`` first.
 
 Every hook has a no-op default, so a scheme overrides only what it computes. Queries sit at positions
 offset .. offset + Lq - 1 and keys at 0 .. Lk - 1 (cached decoding passes the cache length as the offset).
@@ -46,10 +51,13 @@ class AttentionPositions(nn.Module):
         return None
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
+        rotated: bool = True,
     ) -> Tensor:
-        """Attention output [B, H, Lq, d_head] for (already rotated) q [B, H, Lq, d_head], k and v [B, H, Lk, d_head]
-        and a boolean mask (True = may attend)."""
+        """Attention output [B, H, Lq, d_head] for q [B, H, Lq, d_head], k and v [B, H, Lk, d_head] and a boolean
+        mask (True = may attend); ``rotated``: whether ``rotate`` was applied to q and k already."""
+        if not rotated:
+            q, k = self.rotate(q, offset), self.rotate(k, 0)
         bias = self.logit_bias(q.size(2), k.size(2), offset, q.device)
         return content_attention(q, k, v, attn_mask=attn_mask, bias=bias, dropout_p=dropout_p)
 

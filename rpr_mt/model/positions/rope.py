@@ -12,7 +12,8 @@ import torch
 from torch import Tensor
 
 from rpr_mt.config import ModelConfig
-from rpr_mt.model.kernels.rotary import rotate_half_split
+from rpr_mt.model.kernels import content_attention
+from rpr_mt.model.kernels import rotary as kernels_rotary
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
 
 __all__ = ["Rotary", "RotaryPositions", "rotate"]
@@ -21,27 +22,7 @@ __all__ = ["Rotary", "RotaryPositions", "rotate"]
 def rotate(x: Tensor, positions: Tensor, base: float = 10000.0) -> Tensor:
     """x [..., L, d] (d even) rotated by ``positions`` [L]: (x1, x2) -> (x1 cos - x2 sin, x1 sin + x2 cos) with x1,
     x2 the two halves of the last dim and angles computed in float64."""
-    dim = x.size(-1)
-    if dim % 2:
-        raise ValueError(f"rotary embeddings need an even head dimension, got {dim}")
-    inv_freq = base ** (-torch.arange(0, dim, 2, dtype=torch.float64, device=x.device) / dim)  # [d/2]
-    angles = positions.to(torch.float64)[:, None] * inv_freq[None, :]  # [L, d/2]
-    return _Rotate.apply(x, angles.cos().to(x.dtype), angles.sin().to(x.dtype))
-
-
-class _Rotate(torch.autograd.Function):
-    """The rotation in one pass over x (``rotate_half_split``: a C kernel on float32 CPU tensors) instead of the
-    five of the plain expression and its autograd backward; the backward pass is the inverse rotation."""
-
-    @staticmethod
-    def forward(ctx, x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:  # type: ignore[override]
-        ctx.save_for_backward(cos, sin)
-        return rotate_half_split(x, cos, sin)
-
-    @staticmethod
-    def backward(ctx, grad: Tensor):  # type: ignore[override]
-        cos, sin = ctx.saved_tensors
-        return rotate_half_split(grad, cos, sin, inverse=True), None, None
+    return kernels_rotary.rotate(x, *kernels_rotary.angles(positions, x.size(-1), base, x.dtype))
 
 
 class Rotary(AttentionPositions):
@@ -54,6 +35,17 @@ class Rotary(AttentionPositions):
 
     def rotate(self, x: Tensor, offset: int) -> Tensor:
         return rotate(x, torch.arange(offset, offset + x.size(-2), device=x.device), self.base)
+
+    def attend(
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
+        rotated: bool = True,
+    ) -> Tensor:
+        if rotated:
+            return super().attend(q, k, v, attn_mask=attn_mask, offset=offset, dropout_p=dropout_p)
+        # unrotated q and k: the attention kernel turns them (the native one on the copies it makes anyway)
+        positions = torch.arange(max(offset + q.size(2), k.size(2)), device=q.device)
+        angles = kernels_rotary.angles(positions, q.size(-1), self.base, q.dtype)
+        return content_attention(q, k, v, attn_mask=attn_mask, rotary=angles, offset=offset, dropout_p=dropout_p)
 
 
 class RotaryPositions(PositionScheme):

@@ -43,8 +43,9 @@ class ShawTables(AttentionPositions):
                 f"shared={table is not None and table.dim() == 2}")
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float
-    ) -> Tensor:
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
+        rotated: bool = True,
+    ) -> Tensor:  # no rotation: ``rotated`` does not matter
         return relative_attention(
             q, k, v, self.rel_k, self.rel_v, clip=self.clip, attn_mask=attn_mask, offset=offset, dropout_p=dropout_p
         )

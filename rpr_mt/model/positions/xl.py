@@ -55,8 +55,9 @@ class XLAttention(AttentionPositions):
         return table.view(2 * clip + 1, self.n_heads, -1).transpose(0, 1)
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float
-    ) -> Tensor:
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
+        rotated: bool = True,
+    ) -> Tensor:  # no rotation: ``rotated`` does not matter
         q_len, k_len, d_head = q.size(2), k.size(2), q.size(3)
         reach = max(offset + q_len - 1, k_len - 1 - offset, 0)  # the longest distance in the call
         clip = reach if self.clip is None else min(self.clip, reach)

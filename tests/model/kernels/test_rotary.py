@@ -35,7 +35,7 @@ def test_c_kernel_matches_the_expression_on_strided_views(inverse: bool) -> None
     q = qkv.permute(2, 0, 3, 1, 4)[0]  # [B, H, L, d], a strided view as in MultiHeadAttention
     cos, sin = angles(length, dim, offset=5)
     out = rotate_half_split(q, cos.float(), sin.float(), inverse=inverse)
-    assert out.is_contiguous() and out.shape == q.shape
+    assert out.shape == q.shape and out.transpose(0, 1).is_contiguous()  # stored head-major, as attention reads it
     torch.testing.assert_close(out.double(), expected_rotation(q, cos, sin, inverse), atol=1e-6, rtol=1e-6)
     assert rotary_module._library() is not None  # the kernel ran, not the fallback
 
@@ -51,6 +51,27 @@ def test_inverse_undoes_the_rotation_and_the_torch_fallback_agrees() -> None:
 
 
 @needs_compiler
+def test_native_attention_reads_rotated_keys_in_place_and_matches_contiguous_inputs() -> None:
+    """The head-major output is what the native kernel reads without a copy; the result and the gradients are
+    those of the same values in the ordinary [B, H, L, d] layout."""
+    from rpr_mt.model.kernels import content_attention
+
+    gen = torch.Generator().manual_seed(1)
+    q, k, v = (torch.randn(2, 3, 9, 8, generator=gen) for _ in range(3))
+    cos, sin = (t.float() for t in angles(9, 8))
+    outs = []
+    for layout in (lambda x: x, lambda x: x.contiguous()):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        qr, kr = (layout(rotate_half_split(x, cos, sin)) for x in leaves[:2])  # no autograd: rotated leaves below
+        qr, kr = qr.detach().requires_grad_(), kr.detach().requires_grad_()
+        out = content_attention(qr, kr, leaves[2], impl="native")
+        out.backward(torch.ones_like(out))
+        outs.append((out, qr.grad, kr.grad, leaves[2].grad))
+    for a, b in zip(*outs):
+        torch.testing.assert_close(a, b, atol=1e-6, rtol=1e-5)
+
+
+@needs_compiler
 def test_the_op_checks_its_operands() -> None:
     x = torch.randn(1, 2, 4, 6)
     cos, sin = (t.float() for t in angles(4, 6))
@@ -62,3 +83,66 @@ def test_the_op_checks_its_operands() -> None:
         torch.ops.rpr_mt.rotary(x, cos[:3], sin, False)
     with pytest.raises(ValueError, match="even last dim"):
         torch.ops.rpr_mt.rotary(torch.randn(1, 1, 4, 5), cos, sin, False)
+
+
+@needs_compiler
+@pytest.mark.parametrize("impl", ["native", "fused", "gather"])
+@pytest.mark.parametrize("case", ["encoder", "decoder-offset", "tables", "chunked"])
+def test_rotary_argument_equals_rotating_first(impl: str, case: str, monkeypatch) -> None:
+    """relative_attention(..., rotary=) against the same call on q and k rotated beforehand: outputs and the
+    gradients of q, k, v (and of the tables). The native path turns its copies and the gradient chunks; the
+    others rotate first. Covers queries at an offset with a causal mask, Shaw tables, and the chunk-by-chunk copies
+    of large inputs."""
+    from rpr_mt.model.kernels import native as native_module
+    from rpr_mt.model.kernels import relative_attention
+    from rpr_mt.model.kernels.rotary import rotate
+    from rpr_mt.model.masks import causal_mask
+
+    gen = torch.Generator().manual_seed(3)
+    batch, heads, dim, clip = 3, 2, 8, 2
+    q_len, k_len, offset = (6, 9, 3) if case == "decoder-offset" else (7, 7, 0)
+    q = torch.randn(batch, heads, q_len, dim, generator=gen)
+    k, v = (torch.randn(batch, heads, k_len, dim, generator=gen) for _ in range(2))
+    tables = [torch.randn(heads, 2 * clip + 1, dim, generator=gen) for _ in range(2)] if case == "tables" else None
+    mask = causal_mask(q_len, k_len, offset) if case == "decoder-offset" else None
+    chunk_bytes = None
+    if case == "chunked":  # no whole copies, one matrix a chunk
+        monkeypatch.setattr(native_module, "_WHOLE_COPY_MAX_BYTES", 0)
+        chunk_bytes = 1
+    cos, sin = (t.float() for t in angles(max(offset + q_len, k_len) + 2, dim))  # more rows than needed: sliced
+
+    def run(rotate_inside: bool):
+        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+        table_leaves = None if tables is None else [t.clone().requires_grad_() for t in tables]
+        a, b = leaves[:2]
+        if not rotate_inside:
+            a = rotate(a, cos[offset:offset + q_len], sin[offset:offset + q_len])
+            b = rotate(b, cos[:k_len], sin[:k_len])
+        out = relative_attention(
+            a, b, leaves[2], *(table_leaves or (None, None)), clip=clip if tables else None, attn_mask=mask,
+            rotary=(cos, sin) if rotate_inside else None, offset=offset, impl=impl, chunk_bytes=chunk_bytes,
+        )
+        out.backward(torch.cos(out))  # a gradient that is not uniform
+        return [out] + [x.grad for x in leaves + (table_leaves or [])]
+
+    for got, want in zip(run(True), run(False)):
+        torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+def test_rotary_argument_is_checked() -> None:
+    from rpr_mt.model.kernels import content_attention
+
+    q = torch.randn(1, 1, 4, 6)
+    cos, sin = (t.float() for t in angles(3, 6))
+    with pytest.raises(ValueError, match="rotary must be"):
+        content_attention(q, q, q, rotary=(cos, sin))  # 3 rows for 4 positions
+
+
+@needs_compiler
+def test_the_custom_ops_pass_torch_opcheck() -> None:
+    """Schema, declared mutation and fake (meta) implementation agree with what the ops do: what torch.compile and
+    the profiler rely on."""
+    x = torch.randn(2, 3, 5, 6)
+    cos, sin = (t.float() for t in angles(5, 6))
+    torch.library.opcheck(torch.ops.rpr_mt.rotary.default, (x, cos, sin, False))
+    torch.library.opcheck(torch.ops.rpr_mt.rotary_.default, (x.clone(), cos, sin, True))

@@ -158,17 +158,19 @@ def rotate_loop(x, pos, base):
     return out
 
 
-@pytest.mark.parametrize("stack, offset", [("encoder", 0), ("decoder", 2)])
-def test_rope_matches_loop(stack, offset):
+@pytest.mark.parametrize("stack, offset, rotated", [("encoder", 0, True), ("decoder", 2, True),
+                                                    ("encoder", 0, False), ("decoder", 2, False)])
+def test_rope_matches_loop(stack, offset, rotated):
+    """rotated: the layer turned q and k (as with a cache), or attend does it (a whole sequence)."""
     layer = scheme("rope", rope={"base": 100.0}).self_attention(stack, 0)
     q, k, v = qkv(4, 4 + offset)
     mask = causal_mask(4, 4 + offset, offset) if stack == "decoder" else None
-    rq, rk = layer.rotate(q, offset), layer.rotate(k, 0)  # queries at offset.., keys from 0 (the cache)
+    rq, rk = (layer.rotate(q, offset), layer.rotate(k, 0)) if rotated else (q, k)  # queries at offset.., keys from 0
 
     def logit(b, h, i, j):
         return dot(rotate_loop(q[b, h, i], i + offset, 100.0), rotate_loop(k[b, h, j], j, 100.0)) / math.sqrt(D)
 
-    actual = layer.attend(rq, rk, v, attn_mask=mask, offset=offset, dropout_p=0.0)
+    actual = layer.attend(rq, rk, v, attn_mask=mask, offset=offset, dropout_p=0.0, rotated=rotated)
     expected = loop_attention(q, k, v, logit, mask)
     torch.testing.assert_close(actual, expected)
     for a, e in zip(torch.autograd.grad(actual.square().sum(), [q, k, v]),
