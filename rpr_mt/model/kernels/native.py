@@ -224,7 +224,6 @@ class NativeRelativeAttention(torch.autograd.Function):
         if bias is not None and (bias.size(-1) != k_len or bias.stride(-1) != 1):
             bias = bias.expand(*bias.shape[:-1], k_len).contiguous()
         ctx.config = (clip, offset, dropout_p, chunk_bytes)
-        ctx.rotary = rotary
         rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, bucket_bias=bucket_bias, rotary=rotary)
         probs = torch.empty(heads, batch, q_len, k_len) if save_probs else None
         folded = None if rel_v is None else torch.empty(heads, batch, q_len, 2 * clip + 1)
@@ -239,7 +238,9 @@ class NativeRelativeAttention(torch.autograd.Function):
                 add_times_table_(out_c, f_c, rel_v, hs)
         if dead is not None:
             out.masked_fill_(dead.transpose(0, 1), 0)
-        ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep, bucket_bias)
+        # the angles too: saved tensors are checked for in-place changes before the backward pass uses them
+        ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep, bucket_bias,
+                              *(rotary or ()))
         ctx.bufs = rows.bufs  # reused by the backward pass: on CPU their pages are then already mapped
         ctx.whole = rows.whole  # the head-major q, k, v copies, if made
         return out.transpose(0, 1)
@@ -247,11 +248,12 @@ class NativeRelativeAttention(torch.autograd.Function):
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
-        q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep, bucket_bias = ctx.saved_tensors
+        q, k, v, rel_k, rel_v, bias, probs, folded, mask, dead, keep, bucket_bias, *rotary = ctx.saved_tensors
+        rotary = tuple(rotary) or None
         clip, offset, dropout_p, _ = ctx.config
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
-        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, ctx.bufs, ctx.whole, bucket_bias, ctx.rotary)
+        rows = _RowKernels(q, k, v, rel_k, bias, mask, keep, ctx.config, ctx.bufs, ctx.whole, bucket_bias, rotary)
         bufs = rows.bufs
         grad_q = torch.empty(heads, batch, q_len, dim)  # head-major
         grad_k = torch.empty(heads, batch, k_len, dim)
@@ -296,8 +298,8 @@ class NativeRelativeAttention(torch.autograd.Function):
                         grad_bucket.add_(fold_ds.sum((0, 1, 2)))
                     else:
                         grad_bucket[hs].add_(fold_ds.sum((1, 2)))
-            if ctx.rotary is not None:  # the gradients of the unrotated q and k, turned back while in cache
-                cos_q, sin_q, cos_k, sin_k = ctx.rotary
+            if rotary is not None:  # the gradients of the unrotated q and k, turned back while in cache
+                cos_q, sin_q, cos_k, sin_k = rotary
                 rotate_half_split_(gq_c, cos_q, sin_q, inverse=True)
                 rotate_half_split_(gk_c, cos_k, sin_k, inverse=True)
         grad_bias = None if grad_bias_h is None else grad_bias_h.transpose(0, 1)
@@ -342,10 +344,11 @@ class _RowKernels:
         if self.whole is None and 4 * heads * batch * (q_len + 2 * k_len) * dim <= _WHOLE_COPY_MAX_BYTES:
             if self.rotary is None:
                 q_w, k_w = self.q_h.contiguous(), self.k_h.contiguous()
-            else:  # the rotation writes head-major storage: [B, H, L, d] in, its transpose is contiguous
+            else:  # the C rotation writes head-major storage, so .contiguous() copies nothing (it does after the
+                # torch fallback, taken for inputs whose rows are not contiguous)
                 cos_q, sin_q, cos_k, sin_k = self.rotary
-                q_w = rotate_half_split(self.q_h.transpose(0, 1), cos_q, sin_q).transpose(0, 1)
-                k_w = rotate_half_split(self.k_h.transpose(0, 1), cos_k, sin_k).transpose(0, 1)
+                q_w = rotate_half_split(self.q_h.transpose(0, 1), cos_q, sin_q).transpose(0, 1).contiguous()
+                k_w = rotate_half_split(self.k_h.transpose(0, 1), cos_k, sin_k).transpose(0, 1).contiguous()
             self.whole = (q_w, k_w, self.v_h.contiguous())
         if self.whole is not None:
             return tuple(x[hs, bs] for x in self.whole)  # contiguous blocks of [H, B, L, d]

@@ -87,12 +87,13 @@ def test_the_op_checks_its_operands() -> None:
 
 @needs_compiler
 @pytest.mark.parametrize("impl", ["native", "fused", "gather"])
-@pytest.mark.parametrize("case", ["encoder", "decoder-offset", "tables", "chunked"])
+@pytest.mark.parametrize("case", ["encoder", "decoder-offset", "tables", "chunked", "bucket-dropout", "strided"])
 def test_rotary_argument_equals_rotating_first(impl: str, case: str, monkeypatch) -> None:
     """relative_attention(..., rotary=) against the same call on q and k rotated beforehand: outputs and the
-    gradients of q, k, v (and of the tables). The native path turns its copies and the gradient chunks; the
-    others rotate first. Covers queries at an offset with a causal mask, Shaw tables, and the chunk-by-chunk copies
-    of large inputs."""
+    gradients of q, k, v (and of the tables and bucket bias). The native path turns its copies and the gradient
+    chunks; the others rotate first. Covers queries at an offset with a causal mask, Shaw tables, the chunk-by-chunk
+    copies of large inputs, a bucket bias with attention dropout (the same keep mask in both calls), and queries
+    whose rows are not contiguous (the kernel's torch fallback)."""
     from rpr_mt.model.kernels import native as native_module
     from rpr_mt.model.kernels import relative_attention
     from rpr_mt.model.kernels.rotary import rotate
@@ -102,8 +103,13 @@ def test_rotary_argument_equals_rotating_first(impl: str, case: str, monkeypatch
     batch, heads, dim, clip = 3, 2, 8, 2
     q_len, k_len, offset = (6, 9, 3) if case == "decoder-offset" else (7, 7, 0)
     q = torch.randn(batch, heads, q_len, dim, generator=gen)
+    if case == "strided":  # the same values, each row strided
+        q = torch.randn(batch, heads, dim, q_len, generator=gen).transpose(-1, -2)
     k, v = (torch.randn(batch, heads, k_len, dim, generator=gen) for _ in range(2))
-    tables = [torch.randn(heads, 2 * clip + 1, dim, generator=gen) for _ in range(2)] if case == "tables" else None
+    with_tables = case in ("tables", "strided")
+    tables = [torch.randn(heads, 2 * clip + 1, dim, generator=gen) for _ in range(2)] if with_tables else None
+    bucket = torch.randn(heads, 2 * clip + 1, generator=gen) if case == "bucket-dropout" else None
+    dropout_p = 0.3 if case == "bucket-dropout" else 0.0
     mask = causal_mask(q_len, k_len, offset) if case == "decoder-offset" else None
     chunk_bytes = None
     if case == "chunked":  # no whole copies, one matrix a chunk
@@ -112,21 +118,65 @@ def test_rotary_argument_equals_rotating_first(impl: str, case: str, monkeypatch
     cos, sin = (t.float() for t in angles(max(offset + q_len, k_len) + 2, dim))  # more rows than needed: sliced
 
     def run(rotate_inside: bool):
-        leaves = [x.clone().requires_grad_() for x in (q, k, v)]
-        table_leaves = None if tables is None else [t.clone().requires_grad_() for t in tables]
+        leaves = [x.detach().requires_grad_() for x in (q, k, v)]  # detach keeps q's strides; clone might not
+        extra = ([] if tables is None else tables) + ([] if bucket is None else [bucket])
+        extra = [t.clone().requires_grad_() for t in extra]
+        table_leaves = extra[:2] if tables is not None else [None, None]
         a, b = leaves[:2]
         if not rotate_inside:
             a = rotate(a, cos[offset:offset + q_len], sin[offset:offset + q_len])
             b = rotate(b, cos[:k_len], sin[:k_len])
+        torch.manual_seed(7)  # the same dropout keep mask in both calls
         out = relative_attention(
-            a, b, leaves[2], *(table_leaves or (None, None)), clip=clip if tables else None, attn_mask=mask,
-            rotary=(cos, sin) if rotate_inside else None, offset=offset, impl=impl, chunk_bytes=chunk_bytes,
+            a, b, leaves[2], *table_leaves, clip=clip if tables or bucket is not None else None, attn_mask=mask,
+            bucket_bias=extra[-1] if bucket is not None else None, rotary=(cos, sin) if rotate_inside else None,
+            offset=offset, dropout_p=dropout_p, impl=impl, chunk_bytes=chunk_bytes,
         )
         out.backward(torch.cos(out))  # a gradient that is not uniform
-        return [out] + [x.grad for x in leaves + (table_leaves or [])]
+        return [out] + [x.grad for x in leaves + extra]
 
     for got, want in zip(run(True), run(False)):
         torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
+
+
+@needs_compiler
+def test_native_angles_changed_in_place_before_backward_are_refused() -> None:
+    """The native Function saves the angles like any input: changing them before the backward pass raises, as it
+    does on the paths that rotate first, instead of giving gradients for other angles."""
+    from rpr_mt.model.kernels import content_attention
+
+    q, k, v = (torch.randn(1, 2, 9, 8, requires_grad=True) for _ in range(3))
+    cos, sin = (t.float() for t in angles(9, 8))
+    out = content_attention(q, k, v, rotary=(cos, sin), impl="native")
+    cos.mul_(0.5)
+    with pytest.raises(RuntimeError, match="modified by an inplace operation"):
+        out.sum().backward()
+
+
+@needs_compiler
+def test_rope_layer_rotating_inside_the_native_kernel_equals_rotating_first() -> None:
+    """The model's float32 path: Rotary.attend(rotated=False) turns q and k inside the native kernel; the same
+    layer given rotated q and k (as with a cache) agrees, outputs and gradients, queries at an offset included."""
+    from rpr_mt.config import config_from_dict
+    from rpr_mt.model.masks import causal_mask
+    from rpr_mt.model.positions import build_position_scheme
+
+    cfg = config_from_dict({"model": {"d_model": 32, "n_heads": 4, "positions": "rope"}}).model
+    layer = build_position_scheme(cfg).self_attention("decoder", 0)
+    gen = torch.Generator().manual_seed(5)
+    for q_len, k_len, offset in ((12, 12, 0), (9, 12, 3)):
+        q = torch.randn(2, 4, q_len, 8, generator=gen)
+        k, v = (torch.randn(2, 4, k_len, 8, generator=gen) for _ in range(2))
+        mask = causal_mask(q_len, k_len, offset)
+        results = []
+        for rotated in (False, True):
+            leaves = [x.clone().requires_grad_() for x in (q, k, v)]
+            a, b = (layer.rotate(leaves[0], offset), layer.rotate(leaves[1], 0)) if rotated else leaves[:2]
+            out = layer.attend(a, b, leaves[2], attn_mask=mask, offset=offset, dropout_p=0.0, rotated=rotated)
+            out.backward(torch.sin(out))
+            results.append([out] + [x.grad for x in leaves])
+        for got, want in zip(*results):
+            torch.testing.assert_close(got, want, atol=2e-6, rtol=1e-5)
 
 
 def test_rotary_argument_is_checked() -> None:
