@@ -41,12 +41,13 @@ def _no_type_on_flags(params: list) -> list:
 _UsageError = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
 
 
-def _one_line_usage_error(exc: Exception) -> typer.Exit:
+def _one_line_usage_error(exc: Exception, command: str = "rpr-mt") -> typer.Exit:
     """A usage error (an unknown option, a value of the wrong type, a missing argument) as the one `error:` line and
-    exit code 2 that every other bad input gets, instead of click's framed usage block."""
+    exit code 2 that every other bad input gets, instead of click's framed usage block. ``command``: the command
+    being parsed, for errors that carry no context (an option missing its value)."""
     if type(exc).__name__ == "NoArgsIsHelpError":  # `rpr-mt` alone: the help, as before
         raise exc
-    command = exc.ctx.command_path if exc.ctx is not None else "rpr-mt"
+    command = exc.ctx.command_path if exc.ctx is not None else command
     typer.echo(f"error: {command}: {' '.join(exc.format_message().split())} (see {command} --help)", err=True)
     return typer.Exit(exc.exit_code)
 
@@ -57,11 +58,12 @@ class _Parsing:
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         return _no_type_on_flags(super().get_params(ctx))
 
-    def make_context(self, *args, **kwargs):  # noqa: ANN002, ANN003, ANN201 (parsing happens here)
+    def make_context(self, info_name, args, parent=None, **extra):  # noqa: ANN001, ANN003, ANN201 (click's)
         try:
-            return super().make_context(*args, **kwargs)
+            return super().make_context(info_name, args, parent=parent, **extra)
         except _UsageError as exc:
-            raise _one_line_usage_error(exc) from None
+            command = " ".join(filter(None, [parent.command_path if parent is not None else "", info_name or ""]))
+            raise _one_line_usage_error(exc, command or "rpr-mt") from None
 
 
 class _Command(_Parsing, TyperCommand):

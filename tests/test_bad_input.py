@@ -332,6 +332,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("usage: missing option", lambda r: ["translate"], "Missing option '--checkpoint'"),
     ("usage: unknown command", lambda r: ["trian"], "No such command 'trian'"),
     ("usage: a flag given a value", lambda r: ["train", "--dry-run=true"], "does not take a value"),
+    ("usage: an option missing its value", lambda r: ["train", "--set"],
+     "train: Option '--set' requires an argument"),
     # --- added second: config at nested levels, types, and train's checks before work
     ("train: config is a directory", lambda r: ["train", "--config", f"{r}/config_dir.yaml"], "is a directory"),
     ("train: unknown nested key", lambda r: ["train", "--config", f"{r}/nested.yaml"],

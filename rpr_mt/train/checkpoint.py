@@ -103,8 +103,11 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     path = Path(path)
     if not path.is_file():
         raise UserError(f"checkpoint not found: {path}")
-    with open(path, "rb") as handle:
-        magic = handle.read(4)
+    try:
+        with open(path, "rb") as handle:
+            magic = handle.read(4)
+    except OSError as exc:  # unreadable: a UserError, so that resumption falls back to an older checkpoint
+        raise UserError(f"checkpoint {path} cannot be read ({exc.strerror or exc})") from None
     if magic and not magic.startswith((b"PK\x03\x04", b"\x80")):  # neither torch's zip format nor a legacy pickle
         raise UserError(f"{path} is not a checkpoint (not a file torch.save wrote)")
     try:

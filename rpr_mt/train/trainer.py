@@ -173,10 +173,12 @@ def _saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) 
 
 
 def _config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
-    """``section.key: old -> new`` for each setting that would make ``new`` another run than ``old``. A key that
-    ``old`` lacks was added to rpr-mt after that run began; at its default value it changes nothing."""
-    defaults = _flat(config_to_dict(Config()))
-    old, new = _flat(old), _flat(new)
+    """``section.key: old -> new`` for each setting that would make ``new`` another run than ``old``. A setting that
+    ``old`` lacks was added to rpr-mt after that run began; at its default value it changes nothing. Settings whose
+    values are mappings (data.splits, data.demo_sizes) compare whole: an entry they gain is a change."""
+    sections = _section_paths(Config())
+    defaults = _flat(config_to_dict(Config()), sections)
+    old, new = _flat(old, sections), _flat(new, sections)
     diffs = []
     for name in sorted(set(old) | set(new)):
         section, _, key = name.partition(".")
@@ -194,12 +196,24 @@ def _config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return diffs
 
 
-def _flat(tree: dict[str, Any], prefix: str = "") -> dict[str, Any]:
-    """{"model": {"t5": {"num_buckets": 32}}} -> {"model.t5.num_buckets": 32}: nested sections compare key by key."""
+def _section_paths(config: Any, prefix: str = "") -> set[str]:
+    """Dotted paths of the config's sections, nested ones included: {"data", "model", "model.t5", ...}."""
+    paths = set()
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            paths.add(prefix + field.name)
+            paths |= _section_paths(value, f"{prefix}{field.name}.")
+    return paths
+
+
+def _flat(tree: dict[str, Any], sections: set[str], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"t5": {"num_buckets": 32}}} -> {"model.t5.num_buckets": 32}: sections compare setting by setting;
+    any other value, mappings included, is one setting."""
     flat: dict[str, Any] = {}
     for key, value in tree.items():
-        if isinstance(value, dict):
-            flat.update(_flat(value, f"{prefix}{key}."))
+        if isinstance(value, dict) and prefix + key in sections:
+            flat.update(_flat(value, sections, f"{prefix}{key}."))
         else:
             flat[f"{prefix}{key}"] = value
     return flat
@@ -394,18 +408,19 @@ def train(
     if dd.is_main:
         for stale in ckpt.remove_stale_temporaries(run_dir):
             log(f"removed {stale.name}, left by a checkpoint write that was interrupted")
+    refusal = ""
     if dd.is_main and config_path.is_file():
         old = _saved_config(config_path, run_dir, log)
         diffs = _config_differences(old, config_to_dict(cfg))
         if diffs and not overwrite:
-            raise UserError(
-                f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
-                "pass --overwrite to replace it or choose another train.run_dir"
-            )
+            refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
+                       "pass --overwrite to replace it or choose another train.run_dir")
         if diffs and overwrite:
             log(f"--overwrite: removing the previous run in {run_dir}")
             shutil.rmtree(ckpt.checkpoint_dir(run_dir), ignore_errors=True)
             (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    if not dd.all_true(not refusal, device):  # every rank stops, not rank 0 alone (the others would wait for it)
+        raise UserError(refusal or f"{run_dir} holds a run with a different config (rank 0 says which)")
     dd.barrier()
 
     # -- data, model, optimizer -------------------------------------------------------------------------------------

@@ -46,6 +46,27 @@ def test_newest_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert "checkpoint_00000008.pt" in warnings[0] and "falling back" in warnings[0]
 
 
+def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, monkeypatch):
+    """An OS error on reading (permissions, I/O) is a UserError like a corrupt file: resumption warns and falls
+    back instead of stopping with a traceback. (Tests run as root, so the denied open is simulated.)"""
+    run = tmp_path / "run"
+    for step in (4, 8):
+        ckpt.save_checkpoint({**payload(step), "step": step}, ckpt.step_checkpoint_path(run, step))
+    newest = ckpt.step_checkpoint_path(run, 8)
+
+    def open_denied(file, *args, **kwargs):
+        if Path(file) == newest:
+            raise PermissionError(13, "Permission denied", str(file))
+        return open(file, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt, "open", open_denied, raising=False)  # the module's open, not the builtin
+    with pytest.raises(UserError, match="cannot be read \\(Permission denied\\)"):
+        ckpt.load_checkpoint(newest)
+    warnings: list[str] = []
+    path, state = ckpt.latest_valid_checkpoint(run, warn=warnings.append)
+    assert path.name == "checkpoint_00000004.pt" and "checkpoint_00000008.pt" in warnings[0]
+
+
 def test_refused_and_incomplete_checkpoints_say_why(tmp_path):
     code = tmp_path / "code.pt"
     with open(code, "wb") as f:

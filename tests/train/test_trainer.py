@@ -118,6 +118,24 @@ def test_ddp_two_gloo_processes_equal_one_process(tmp_path, demo_data):
         assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), key
 
 
+def test_ddp_refuses_another_config_on_every_rank(tmp_path, demo_data):
+    """Rank 0 compares the run directory's config; every rank stops with the refusal (before, rank 1 waited at a
+    barrier until torchrun killed it for rank 0's failure): rank 0 names the difference, rank 1 points to it."""
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})),
+          progress=False)
+    raw = tiny(demo_data, tmp_path / "run", model={"clip": 2}, train={"max_steps": 2, "valid_bleu": False})
+    config_path = tmp_path / "other.yaml"
+    save_config(config_from_dict(raw), config_path)
+    proc = subprocess.run(
+        [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rpr_mt.cli",
+         "train", "--config", str(config_path), "--no-progress"],
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"}, capture_output=True, text=True, timeout=180,
+    )
+    assert proc.returncode != 0
+    assert "different config (model.clip: 4 -> 2)" in proc.stderr
+    assert "different config (rank 0 says which)" in proc.stderr
+
+
 def test_run_dir_with_another_config_is_refused_unless_overwrite(tmp_path, demo_data):
     train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2})), progress=False)
     other = config_from_dict(tiny(demo_data, tmp_path / "run", model={"clip": 2}, train={"max_steps": 2}))
@@ -145,6 +163,21 @@ def test_run_dir_from_before_a_config_key_existed_resumes(tmp_path, demo_data):
                                   train={"max_steps": 4}))
     with pytest.raises(UserError, match=r"different config \(model.t5.num_buckets: None -> 16\)"):
         train(other, progress=False)
+
+
+def test_a_mapping_setting_that_gains_entries_is_a_different_config():
+    """The default rule is for settings added to rpr-mt, not for entries of a mapping: demo splits added to a run
+    that had none change the run (validation, best checkpoints), even at their default sizes."""
+    import copy
+
+    from rpr_mt.config import Config, config_to_dict
+    from rpr_mt.train.trainer import _config_differences
+
+    new = config_to_dict(Config())
+    old = copy.deepcopy(new)
+    old["data"]["demo_sizes"] = {"train": new["data"]["demo_sizes"]["train"]}
+    assert [d.split(":")[0] for d in _config_differences(old, new)] == ["data.demo_sizes"]
+    assert _config_differences(new, copy.deepcopy(new)) == []
 
 
 def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, demo_data, capsys):
