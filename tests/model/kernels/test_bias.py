@@ -101,19 +101,31 @@ def test_bucket_bias_shape_is_checked():
         relative_attention(q, k, v, None, None, clip=None, bucket_bias=torch.zeros(3))
 
 
-def test_infinities_and_nan_keep_their_ieee_meaning_in_the_c_kernel():
+@pytest.mark.parametrize("masked", [False, True])
+def test_infinities_and_nan_keep_their_ieee_meaning_in_the_c_kernel(masked: bool):
     """Built without finite-math-only: a -inf bias gives probability exactly 0 and a NaN logit makes its row NaN,
-    as in torch.softmax; other rows are untouched."""
+    as in torch.softmax; other rows are untouched. Rows of 37 keys put the special values both in the vectorized
+    body of the row loops (the max reduction, expf) and in their scalar tails."""
     if native._compiler() is None:
         pytest.skip("no C compiler")
-    scores = torch.randn(1, 1, 3, 5)
-    bias = torch.zeros(1, 1, 3, 5)
-    bias[0, 0, 0, 1] = float("-inf")
+    scores = torch.randn(1, 1, 6, 37)
+    bias = torch.zeros(1, 1, 6, 37)
+    bias[0, 0, 0, 1] = bias[0, 0, 0, 36] = float("-inf")  # vector body and tail
+    bias[0, 0, 1, :36] = float("-inf")  # only the last key is left
     scores[0, 0, 2, 3] = float("nan")
-    expected = torch.softmax(scores + bias, -1)
-    relative_rows_forward(scores, None, None, None, bias, None, None, 0, 0, 1.0)
-    assert scores[0, 0, 0, 1] == 0 and torch.isnan(scores[0, 0, 2]).all()
-    torch.testing.assert_close(scores[0, 0, :2], expected[0, 0, :2])
+    scores[0, 0, 3, 36] = float("nan")
+    scores[0, 0, 4, 20] = 1e30  # a huge finite logit: the max must see it
+    mask = torch.ones(1, 1, 6, 37, dtype=torch.uint8)
+    if masked:
+        mask[0, 0, 5, ::2] = 0  # and for the masked branch, masked keys: probability 0
+    expected = torch.softmax((scores + bias).masked_fill(mask == 0, float("-inf")), -1)
+    relative_rows_forward(scores, None, mask if masked else None, None, bias, None, None, 0, 0, 1.0)
+    assert scores[0, 0, 0, 1] == 0 and scores[0, 0, 0, 36] == 0
+    assert torch.isnan(scores[0, 0, 2]).all() and torch.isnan(scores[0, 0, 3]).all()
+    for row in (0, 1, 4, 5):
+        torch.testing.assert_close(scores[0, 0, row], expected[0, 0, row])
+    if masked:
+        assert (scores[0, 0, 5, ::2] == 0).all()
 
 
 def test_custom_ops_check_their_operands():

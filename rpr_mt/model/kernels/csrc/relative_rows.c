@@ -22,7 +22,10 @@
    Compiled with -ffast-math -fno-finite-math-only (rpr_mt/native.py): infinities and NaN keep their IEEE meaning,
    so a -inf bias gives probability 0 and a NaN logit makes its row NaN, as torch.softmax does (tested). glibc
    declares its vector expf (libmvec) only under __FAST_MATH__, which -fno-finite-math-only turns off, so it is
-   declared here: libmvec's variants handle infinities and NaN. */
+   declared here: libmvec's variants handle infinities and NaN. Without finite-math-only GCC will not vectorize a
+   max reduction (fmaxf or x > m ? x : m: NaN operands make the order matter), so the row max says `omp simd
+   reduction(max)`: vmaxps keeps the running max when p[j] is NaN, as the scalar loop does, and the NaN reaches the
+   row through expf(p[j] - max) either way. */
 
 #include <float.h>
 #include <math.h>
@@ -141,14 +144,19 @@ void relative_rows_forward(const forward_args *args) {
             }
             float max = -FLT_MAX, sum = 0.0f;
             if (mask) {
-                for (int64_t j = 0; j < n; j++) max = fmaxf(max, mask[j] ? p[j] : -FLT_MAX);
+#pragma omp simd reduction(max : max)
+                for (int64_t j = 0; j < n; j++) {
+                    const float v = mask[j] ? p[j] : -FLT_MAX;
+                    max = v > max ? v : max;
+                }
                 for (int64_t j = 0; j < n; j++) {
                     float e = mask[j] ? expf(p[j] - max) : 0.0f;
                     p[j] = e;
                     sum += e;
                 }
             } else {
-                for (int64_t j = 0; j < n; j++) max = fmaxf(max, p[j]);
+#pragma omp simd reduction(max : max)
+                for (int64_t j = 0; j < n; j++) max = p[j] > max ? p[j] : max;
                 for (int64_t j = 0; j < n; j++) {
                     float e = expf(p[j] - max);
                     p[j] = e;
