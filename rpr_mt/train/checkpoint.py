@@ -21,6 +21,7 @@ import os
 import pickle
 import re
 import tempfile
+import warnings
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
 
@@ -111,7 +112,9 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
     if magic and not magic.startswith((b"PK\x03\x04", b"\x80")):  # neither torch's zip format nor a legacy pickle
         raise UserError(f"{path} is not a checkpoint (not a file torch.save wrote)")
     try:
-        payload = torch.load(path, map_location=map_location, weights_only=True)
+        with warnings.catch_warnings():  # a legacy pickle's protocol note would precede our one-line error
+            warnings.filterwarnings("ignore", message="Detected pickle protocol", category=UserWarning)
+            payload = torch.load(path, map_location=map_location, weights_only=True)
     except pickle.UnpicklingError as exc:  # weights_only refuses anything but tensors and plain containers
         # torch's message is a paragraph of advice; the reason is the sentence after "WeightsUnpickler error:"
         lines = [line.strip() for line in (str(exc).partition("WeightsUnpickler error:")[2] or str(exc)).splitlines()]

@@ -67,6 +67,7 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, m
     assert path.name == "checkpoint_00000004.pt" and "checkpoint_00000008.pt" in warnings[0]
 
 
+@pytest.mark.filterwarnings("error")  # nothing but our own error: no torch warning before it
 def test_refused_and_incomplete_checkpoints_say_why(tmp_path):
     code = tmp_path / "code.pt"
     with open(code, "wb") as f:
