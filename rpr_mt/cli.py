@@ -165,6 +165,9 @@ def translate(
     length_penalty: Optional[float] = typer.Option(None, "--length-penalty", help="GNMT alpha."),
     nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the N best as index<TAB>score<TAB>text."),
     max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Source tokens per batch."),
+    min_length: Optional[int] = typer.Option(
+        None, "--min-length", help="No eos before this many output tokens (default from config: 1; 0 allows an "
+        "empty translation)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
 ) -> None:
     """Translate text with a trained model."""
@@ -172,7 +175,7 @@ def translate(
 
     _check_output(output, "--output", inputs=[input, checkpoint])
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
-    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens)
+    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length)
     lines = read_lines(input)
     if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
@@ -194,6 +197,7 @@ def eval_bleu(
     split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
     beam_size: Optional[int] = typer.Option(None, "--beam-size"),
     length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
+    min_length: Optional[int] = typer.Option(None, "--min-length", help="No eos before this many output tokens."),
     save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device"),
@@ -222,7 +226,7 @@ def eval_bleu(
         if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
             _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
-        decode = _decode_config(cfg, beam_size, length_penalty, 1, None)
+        decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length)
         hypotheses = list(
             translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device), progress=True)
         )
@@ -340,14 +344,12 @@ def _load_model(checkpoint: Path, which: str, device: str):
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)
 
 
-def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
+def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None):
     import dataclasses
 
-    changes = {
-        k: v
-        for k, v in dict(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens).items()
-        if v is not None
-    }
+    options = dict(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens,
+                   min_length=min_length)
+    changes = {k: v for k, v in options.items() if v is not None}
     decode = dataclasses.replace(cfg.decode, **changes)
     if decode.beam_size < 1:
         raise UserError(f"--beam-size must be >= 1 (got {decode.beam_size})")
@@ -357,6 +359,8 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens):
         raise UserError(f"--nbest must be between 1 and the beam size {decode.beam_size} (got {decode.nbest})")
     if decode.max_tokens < 1:
         raise UserError("--max-tokens must be >= 1")
+    if decode.min_length < 0:
+        raise UserError(f"--min-length must be >= 0 (got {decode.min_length})")
     return decode
 
 

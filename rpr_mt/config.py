@@ -162,6 +162,9 @@ class DecodeConfig:
     length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6)^alpha
     max_len_a: float = 1.5  # maximum output length = a * source length + b
     max_len_b: int = 10
+    # eos is not allowed before this many output tokens (fairseq's and CTranslate2's default 1): 0 lets beam search
+    # return an empty translation, which it finds for a few percent of sources with some small models
+    min_length: int = 1
     max_tokens: int = 4096  # source tokens per decoding batch
     nbest: int = 1  # hypotheses printed per input line
 
@@ -253,6 +256,7 @@ class Config:
         _require(dec.beam_size >= 1, f"decode.beam_size must be >= 1 (got {dec.beam_size})")
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
+        _require(dec.min_length >= 0, f"decode.min_length must be >= 0 (got {dec.min_length})")
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
         return self
 

@@ -318,6 +318,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
                                       "0"], "--nbest"),
     ("translate: NaN length penalty", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
                                                  "--length-penalty", "nan"], "--length-penalty must be a finite"),
+    ("translate: negative min length", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                                  "--min-length", "-1"], "--min-length must be >= 0"),
     ("eval-bleu: unknown split", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--split", "valid"],
      "no such split (it has dev, test)"),
     ("eval-bleu: invalid UTF-8 reference", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref",

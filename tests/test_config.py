@@ -52,6 +52,7 @@ def test_int_accepted_for_float_and_lists_become_tuples():
         ("model:\n  positions: relatve\n", "did you mean 'relative'"),
         ("train:\n  precision: 16\n", "train.precision must be one of"),
         ("decode:\n  beam_size: 0\n", "decode.beam_size must be >= 1"),
+        ("decode:\n  min_length: -1\n", "decode.min_length must be >= 0"),
         ("data:\n  source: files\n", "data.splits must name a 'train' split"),
         ("data:\n  source: files\n  splits:\n    train: {src: a.txt}\n", "data.splits.train needs both"),
         ("train:\n  use_fp16: true\n", "unknown key 'train.use_fp16'"),

@@ -11,11 +11,13 @@
 * length limit ``floor(a * |x| + b)`` tokens before eos (``|x|`` counting the source's eos), capped at
   ``max_positions - 1``: one ``max_decoding_length`` (limit + 1, eos included) per call, so sentences are grouped by
   their limit. Sources are cut to ``max_positions - 1`` pieces; the exported config appends eos.
-* ``min_decoding_length=0`` (CTranslate2's default of 1 forbids an empty output, which also changes the first step's
-  normalisation), no repetition penalty, no n-gram blocking, unk allowed.
+* ``min_decoding_length`` = ``decode.min_length`` (capped by the limit): both remove eos's logit before the softmax
+  while the output is shorter; no repetition penalty, no n-gram blocking, unk allowed.
 * at the length limit rpr-mt forces eos on every open hypothesis (keeping eos's log-probability); CTranslate2 cannot,
   and instead returns the best extensions of the open hypotheses by one more token, without eos. Their first
-  ``limit`` tokens are scored with eos (``score_batch``), which is rpr-mt's result for greedy search.
+  ``limit`` tokens are scored with eos (``score_batch``), which is rpr-mt's result for greedy search; the first
+  ``min_length`` tokens' log-probabilities are renormalised without eos, as the search had them, with p(eos) from
+  scoring each prefix.
 
 Differences that remain (none shows on outputs that end with eos before the limit, as a trained model's do):
 
@@ -30,6 +32,7 @@ Differences that remain (none shows on outputs that end with eos before the limi
 from __future__ import annotations
 
 import json
+import math
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
@@ -103,8 +106,8 @@ class ExportedTranslator:
         for limit, indices in groups.items():
             pieces = [[self.vocab.piece(i) for i in sources[j][: self.max_positions - 1]] for j in indices]
             outputs = self.translator.translate_batch(
-                pieces, max_decoding_length=limit + 1, max_batch_size=decode.max_tokens, batch_type="tokens",
-                **self._options(decode),
+                pieces, max_decoding_length=limit + 1, min_decoding_length=min(decode.min_length, limit),
+                max_batch_size=decode.max_tokens, batch_type="tokens", **self._options(decode),
             )
             # Hypotheses that ran to the limit come back cut without eos, one token longer than rpr-mt allows (see
             # the module docstring): their first `limit` tokens are scored with eos, rpr-mt's forced ending.
@@ -112,21 +115,32 @@ class ExportedTranslator:
                           if len(h) > limit})
             forced: dict[tuple[int, tuple[str, ...]], float] = {}
             if cut:
-                scored = self.translator.score_batch([pieces[k] for k, _ in cut], [list(p) for _, p in cut],
-                                                     max_batch_size=decode.max_tokens, batch_type="tokens",
-                                                     max_input_length=0)
+                scored = self._score(pieces, cut, decode)
                 forced = {key: sum(result.log_probs) for key, result in zip(cut, scored)}
+                # The search removed eos from its first min_length steps' softmax; score_batch did not. Each of those
+                # tokens' log-probability becomes log p - log(1 - p(eos)), p(eos) read from scoring the prefix.
+                steps = min(decode.min_length, limit)
+                prefixes = [(k, prefix[:t]) for k, prefix in cut for t in range(steps)]
+                if prefixes:
+                    eos = iter(result.log_probs[-1] for result in self._score(pieces, prefixes, decode))
+                    for key in cut:
+                        forced[key] -= sum(math.log1p(-math.exp(next(eos))) for _ in range(steps))
             for k, (index, output) in enumerate(zip(indices, outputs)):
                 results[index] = self._rank(output, limit, decode, {p: lp for (j, p), lp in forced.items() if j == k})
         return results
+
+    def _score(self, pieces: list[list[str]], targets: list[tuple[int, tuple[str, ...]]], decode: DecodeConfig) -> Any:
+        """CTranslate2's per-token log-probabilities (eos last) of each (source index, target pieces)."""
+        return self.translator.score_batch([pieces[k] for k, _ in targets], [list(p) for _, p in targets],
+                                           max_batch_size=decode.max_tokens, batch_type="tokens", max_input_length=0)
 
     def _options(self, decode: DecodeConfig) -> dict[str, Any]:
         beam = decode.beam_size
         penalty = 0.0 if beam == 1 else (decode.length_penalty or _NEGLIGIBLE_PENALTY)
         return dict(
             beam_size=beam, num_hypotheses=beam, length_penalty=penalty, patience=1.0, coverage_penalty=0.0,
-            repetition_penalty=1.0, no_repeat_ngram_size=0, disable_unk=False, min_decoding_length=0,
-            max_input_length=0, return_scores=True, sampling_topk=1,
+            repetition_penalty=1.0, no_repeat_ngram_size=0, disable_unk=False, max_input_length=0,
+            return_scores=True, sampling_topk=1,
         )
 
     def _rank(

@@ -17,6 +17,11 @@ Conventions shared by both searches
   non-pad source tokens (the source's eos included, as in fairseq), capped by ``model.max_positions - 1`` (the
   decoder input ``bos + tokens`` must fit the model) and by ``max_len`` when given. At the limit eos is forced (its
   real log-probability is kept).
+* Minimum length ``min_len``: eos may not be generated before ``min_len`` tokens (the length limit wins where it is
+  shorter). As in CTranslate2, eos's logit is removed before the softmax, so those steps' log-probabilities are the
+  model's distribution given that the output goes on. ``min_len=1`` (``decode.min_length``'s default, and fairseq's
+  and CTranslate2's) rules out the empty translation that beam search otherwise finds for some sources: a short
+  output's small loss can beat every real translation even after length normalisation (Stahlberg & Byrne 2019).
 * pad and bos are never generated.
 * Scores use the GNMT / tensor2tensor length penalty: ``score = logprob / ((5 + |Y|) / 6) ** alpha`` with
   ``|Y|`` counting eos (``gnmt_length_penalty`` below); ``logprob`` is the sum of the token log-probabilities,
@@ -93,13 +98,18 @@ class _Decoder:
         self.enc = enc
         self.state = None if full_prefix else model.init_decoder_state(enc)
 
-    def step(self, prefix: Tensor) -> Tensor:
-        """``prefix`` [N, t] = bos + the tokens so far; returns log-probabilities of token t+1, [N, V] float32."""
+    def step(self, prefix: Tensor, no_eos: Optional[Tensor] = None) -> Tensor:
+        """``prefix`` [N, t] = bos + the tokens so far; returns log-probabilities of token t+1, [N, V] float32.
+        Rows where ``no_eos`` [N] is True get the distribution without eos (its logit removed before the softmax)."""
         if self.full_prefix:
             logits = self.model.forward(self.src, prefix)[:, -1]  # [N, V]
         else:
             logits = self.model.decode_step(prefix[:, -1:], self.enc, self.state)[:, -1]  # [N, V]
-        lprobs = logits.float().log_softmax(dim=-1)
+        logits = logits.float()
+        if no_eos is not None and bool(no_eos.any()):
+            logits = logits.clone()  # the model's own output may be a view of its cache
+            logits[no_eos, self.model.eos_id] = -math.inf
+        lprobs = logits.log_softmax(dim=-1)
         # Never generate pad or bos.
         lprobs[:, self.model.pad_id] = -math.inf
         lprobs[:, self.model.bos_id] = -math.inf
@@ -139,6 +149,7 @@ def greedy_search(
     max_len_a: float,
     max_len_b: int,
     max_len: Optional[int] = None,
+    min_len: int = 0,
     length_penalty: float = 0.6,
     full_prefix: bool = False,
 ) -> list[Hypothesis]:
@@ -163,7 +174,7 @@ def greedy_search(
     results: list[Optional[Hypothesis]] = [None] * batch
 
     for t in range(int(limits.max()) + 1):
-        lprobs = decoder.step(prefix)  # [N, V]
+        lprobs = decoder.step(prefix, limits[active] > t if t < min_len else None)  # [N, V]
         lprobs = _force_eos(lprobs, limits[active] == t, model.eos_id)
         token_lprob, token = lprobs.max(dim=1)  # [N], [N]
         logprob = logprob + token_lprob
@@ -196,6 +207,7 @@ def beam_search(
     max_len_b: int,
     nbest: int = 1,
     max_len: Optional[int] = None,
+    min_len: int = 0,
     full_prefix: bool = False,
 ) -> list[list[Hypothesis]]:
     """Beam search; for each row of ``src`` [B, S], its ``nbest`` best finished hypotheses, best first.
@@ -228,7 +240,8 @@ def beam_search(
     for t in range(max(limits) + 1):
         n = active.numel()
         sentences = active.tolist()  # [n]
-        lprobs = decoder.step(prefix)  # [n*k, V]
+        no_eos = (limits_t[active] > t).repeat_interleave(k) if t < min_len else None  # [n*k]
+        lprobs = decoder.step(prefix, no_eos)  # [n*k, V]
         vocab = lprobs.size(1)
         at_limit = (limits_t[active] == t).repeat_interleave(k)  # [n*k]
         lprobs = _force_eos(lprobs, at_limit, model.eos_id)
@@ -248,7 +261,7 @@ def beam_search(
                 score = lp / gnmt_length_penalty(t + 1, length_penalty)
                 finished[sentences[i]].append(Hypothesis(tokens=prefix[row, 1:].tolist(), score=score, logprob=lp))
 
-        # The k best non-eos extensions stay open (each row has one eos extension, so >= k exist among 2k).
+        # The k best non-eos extensions stay open (each row has at most one eos extension, so >= k exist among 2k).
         rank = torch.arange(top_scores.size(1), device=device) + is_eos.long() * top_scores.size(1)  # [n, 2k]
         keep_pos = rank.topk(k, dim=1, largest=False).indices  # [n, k], ascending = best first
         scores = top_scores.gather(1, keep_pos)  # [n, k]

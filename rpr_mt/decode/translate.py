@@ -136,11 +136,11 @@ def translate_lines(
 def _search(model: Any, src: torch.Tensor, decode: DecodeConfig, full_prefix: bool) -> list[list[Hypothesis]]:
     if decode.beam_size == 1:
         hyps = greedy_search(model, src, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                             length_penalty=decode.length_penalty, full_prefix=full_prefix)
+                             min_len=decode.min_length, length_penalty=decode.length_penalty, full_prefix=full_prefix)
         return [[h] for h in hyps]
     return beam_search(model, src, beam_size=decode.beam_size, length_penalty=decode.length_penalty,
                        max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, nbest=decode.nbest,
-                       full_prefix=full_prefix)
+                       min_len=decode.min_length, full_prefix=full_prefix)
 
 
 def _batches(sources: dict[int, list[int]], max_tokens: int) -> list[list[int]]:

@@ -12,7 +12,7 @@ import torch
 from rpr_mt.config import ModelConfig
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search, max_output_lengths
 
-from . import EOS, PAD, ScriptedModel, ids, make_src, random_script, table_script, words
+from . import EOS, ID, PAD, ScriptedModel, ids, make_src, random_script, table_script, words
 
 # "a c" is greedy's choice (0.6 * 0.55 = 0.33), but "b" is more probable (0.4 * 0.99 = 0.396).
 BEAM_BEATS_GREEDY = {
@@ -171,6 +171,42 @@ def test_zero_length_limit_gives_empty_output() -> None:
     assert bhyp.tokens == []
 
 
+# Ending at once is the single most probable step (0.5), but its score beats every real translation only because
+# they pay for more steps: "a b" has p = 0.3 * 0.9 * 0.95. The empty output wins at alpha 0.6 unless eos is ruled out.
+EMPTY_WINS = {"e": {"": {"</s>": 0.5, "a": 0.3, "c": 0.2}, "a": {"b": 0.9, "q": 0.1}, "a b": {"</s>": 0.95, "q": 0.05},
+                    "c": {"</s>": 0.4, "q": 0.6}}}
+
+
+def test_min_length_rules_out_the_empty_translation() -> None:
+    model = ScriptedModel(table_script(EMPTY_WINS))
+    src = make_src([ids("e")])
+    assert greedy(model, src)[0].tokens == [] and beam(model, src, beam_size=3, length_penalty=0.6)[0][0].tokens == []
+    [g] = greedy(model, src, min_len=1)
+    [[b]] = beam(model, src, beam_size=3, length_penalty=0.6, min_len=1)
+    assert words(g.tokens) == "a b" and words(b.tokens) == "a b"
+    # The first step's distribution is renormalised without eos (as CTranslate2 does): 0.3 / 0.5, not 0.3.
+    first = model._logits([ID["e"]], [])
+    first[EOS] = -math.inf
+    expected = float(first.log_softmax(-1)[ID["a"]]) + sum(
+        float(model._logits([ID["e"]], prefix).log_softmax(-1)[token])
+        for prefix, token in (([ID["a"]], ID["b"]), ([ID["a"], ID["b"]], EOS)))
+    assert g.logprob == pytest.approx(expected, abs=1e-5) and b.logprob == pytest.approx(expected, abs=1e-5)
+    assert expected == pytest.approx(math.log(0.6 * 0.9 * 0.95), abs=1e-4)
+    # min_len 2 rules out "c" + eos too; every n-best hypothesis has at least 2 tokens.
+    [hyps] = beam(model, src, beam_size=4, nbest=4, length_penalty=0.6, min_len=2)
+    assert hyps and all(len(h.tokens) >= 2 for h in hyps)
+
+
+def test_length_limit_wins_over_min_length() -> None:
+    model = ScriptedModel(table_script({"k": {}}))
+    src = make_src([ids("k")])
+    [hyp] = greedy_search(model, src, max_len_a=0.0, max_len_b=0, min_len=3)
+    [[bhyp]] = beam_search(model, src, beam_size=2, length_penalty=0.6, max_len_a=0.0, max_len_b=0, min_len=3)
+    assert hyp.tokens == [] and bhyp.tokens == [] and math.isfinite(hyp.logprob)
+    [hyp] = greedy_search(model, src, max_len_a=0.0, max_len_b=2, min_len=3)
+    assert words(hyp.tokens) == "q q" and math.isfinite(hyp.logprob)  # eos forced at the limit, with its own logprob
+
+
 def test_max_output_lengths() -> None:
     src = make_src([[4, 5, 6], [4]])  # lengths 4 and 2 with eos
     assert max_output_lengths(src, PAD, max_len_a=1.5, max_len_b=1, max_positions=100) == [7, 4]
@@ -192,27 +228,33 @@ TOKENS = [4, 5, 6]  # with eos: 4 choices per step
 SMALL_VOCAB = 7  # pad, unk, bos, eos + TOKENS: nothing outside the script
 
 
-def exhaustive(model: ScriptedModel, source: list[int], limit: int, alpha: float) -> list[Hypothesis]:
-    """Every output of at most ``limit`` tokens, best score first."""
+def exhaustive(model: ScriptedModel, source: list[int], limit: int, alpha: float, min_len: int = 0) -> list[Hypothesis]:
+    """Every output of ``min(min_len, limit)`` to ``limit`` tokens, best score first; before ``min_len`` tokens the
+    next token's distribution is the one without eos (its logit removed, then the softmax)."""
     hyps = []
-    for length in range(limit + 1):
+    for length in range(min(min_len, limit), limit + 1):
         for tokens in itertools.product(TOKENS, repeat=length):
             seq, logprob = list(tokens) + [EOS], 0.0
             for t in range(len(seq)):
-                logprob += float(model._logits(source, seq[:t]).log_softmax(-1)[seq[t]])
+                logits = model._logits(source, seq[:t])
+                if t < min(min_len, limit):
+                    logits[EOS] = -math.inf
+                logprob += float(logits.log_softmax(-1)[seq[t]])
             hyps.append(Hypothesis(list(tokens), logprob / gnmt_length_penalty(len(seq), alpha), logprob))
     return sorted(hyps, key=lambda h: -h.score)
 
 
 @pytest.mark.parametrize("seed", range(6))
 @pytest.mark.parametrize("alpha", [0.0, 0.6, 1.5])
-def test_wide_beam_is_exhaustive(seed: int, alpha: float) -> None:
-    """A beam wider than the tree explores everything: its n-best are the true n-best."""
+@pytest.mark.parametrize("min_len", [0, 2, 5])
+def test_wide_beam_is_exhaustive(seed: int, alpha: float, min_len: int) -> None:
+    """A beam wider than the tree explores everything: its n-best are the true n-best (min_len 5 > the limit 3:
+    the limit wins, so only 3-token outputs remain, eos removed before it is forced)."""
     model = ScriptedModel(random_script(seed, TOKENS), vocab_size=SMALL_VOCAB)
     source = [4, 5]
     [hyps] = beam_search(model, make_src([source]), beam_size=40, nbest=5, length_penalty=alpha,
-                         max_len_a=0.0, max_len_b=3)
-    assert_same(hyps, exhaustive(model, source, 3, alpha)[:5])
+                         max_len_a=0.0, max_len_b=3, min_len=min_len)
+    assert_same(hyps, exhaustive(model, source, 3, alpha, min_len)[:5])
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -223,33 +265,38 @@ SOURCES = [[4, 5, 6, 7, 8], [9], [10, 11, 12], [4, 4], [13, 14, 15, 16, 17, 18, 
 
 
 @pytest.mark.parametrize("seed", range(4))
-def test_beam_size_one_equals_greedy(seed: int) -> None:
+@pytest.mark.parametrize("min_len", [0, 3])
+def test_beam_size_one_equals_greedy(seed: int, min_len: int) -> None:
     model = ScriptedModel(random_script(seed, list(range(4, 12)), eos_bias=0.3))
     src = make_src(SOURCES)
-    greedy_hyps = greedy_search(model, src, max_len_a=1.0, max_len_b=3, length_penalty=0.6)
-    beam_hyps = beam_search(model, src, beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=3)
+    greedy_hyps = greedy_search(model, src, max_len_a=1.0, max_len_b=3, length_penalty=0.6, min_len=min_len)
+    beam_hyps = beam_search(model, src, beam_size=1, length_penalty=0.6, max_len_a=1.0, max_len_b=3, min_len=min_len)
     assert [[h] for h in greedy_hyps] == beam_hyps  # exactly, scores included
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-def test_batch_equals_one_by_one(beam_size: int) -> None:
+@pytest.mark.parametrize("min_len", [0, 4])
+def test_batch_equals_one_by_one(beam_size: int, min_len: int) -> None:
+    """min_len 4 lies between the sentences' limits (4 to 11): it binds some sentences and the limit others."""
     model = ScriptedModel(random_script(7, list(range(4, 12)), eos_bias=0.3))
-    kw = dict(beam_size=beam_size, nbest=beam_size, length_penalty=0.6, max_len_a=1.0, max_len_b=3)
+    kw = dict(beam_size=beam_size, nbest=beam_size, length_penalty=0.6, max_len_a=1.0, max_len_b=3, min_len=min_len)
     batched = beam_search(model, make_src(SOURCES), **kw)
     for source, hyps in zip(SOURCES, batched):
         assert_same(hyps, beam_search(model, make_src([source]), **kw)[0])
-    greedy_batched = greedy_search(model, make_src(SOURCES), max_len_a=1.0, max_len_b=3)
+    gkw = dict(max_len_a=1.0, max_len_b=3, min_len=min_len)
+    greedy_batched = greedy_search(model, make_src(SOURCES), **gkw)
     for source, hyp in zip(SOURCES, greedy_batched):
-        assert_same([hyp], greedy_search(model, make_src([source]), max_len_a=1.0, max_len_b=3))
+        assert_same([hyp], greedy_search(model, make_src([source]), **gkw))
 
 
-def test_full_prefix_recomputation_matches_cache_on_stub() -> None:
+@pytest.mark.parametrize("min_len", [0, 2])
+def test_full_prefix_recomputation_matches_cache_on_stub(min_len: int) -> None:
     model = ScriptedModel(random_script(3, list(range(4, 12)), eos_bias=0.3))
     src = make_src(SOURCES)
-    kw = dict(beam_size=3, nbest=2, length_penalty=0.6, max_len_a=1.0, max_len_b=3)
+    kw = dict(beam_size=3, nbest=2, length_penalty=0.6, max_len_a=1.0, max_len_b=3, min_len=min_len)
     assert beam_search(model, src, **kw) == beam_search(model, src, full_prefix=True, **kw)
-    assert greedy_search(model, src, max_len_a=1.0, max_len_b=3) == greedy_search(
-        model, src, max_len_a=1.0, max_len_b=3, full_prefix=True
+    assert greedy_search(model, src, max_len_a=1.0, max_len_b=3, min_len=min_len) == greedy_search(
+        model, src, max_len_a=1.0, max_len_b=3, min_len=min_len, full_prefix=True
     )
     assert model.forward_calls > 0
 

@@ -44,6 +44,17 @@ def test_order_is_restored_and_empty_lines_stay_empty(beam_size: int) -> None:
     assert run(LINES, beam_size=beam_size) == [line.strip() for line in LINES]
 
 
+@pytest.mark.parametrize("beam_size", [1, 3])
+def test_min_length_reaches_the_search(beam_size: int) -> None:
+    """decode.min_length (default 1) keeps a source from an empty translation that the model rates most probable."""
+    from . import table_script
+
+    model = ScriptedModel(table_script({"e": {"": {"</s>": 0.9, "a": 0.1}, "a": {"</s>": 1.0}}}))
+    assert run(["e"], model=model, beam_size=beam_size) == ["a"]
+    assert run(["e"], model=model, beam_size=beam_size, min_length=0) == [""]
+    assert DecodeConfig().min_length == 1
+
+
 def test_empty_lines_do_not_reach_the_model() -> None:
     model = ScriptedModel(copy_script)
     assert run(["", "  ", ""], model=model) == ["", "", ""]

@@ -55,10 +55,10 @@ def rpr_mt_nbest(model, sources: list[list[int]], beam: int, decode) -> list[lis
         src[row, : len(ids) + 1] = torch.tensor(ids + [model.eos_id])
     if beam == 1:
         found = greedy_search(model, src, max_len_a=decode.max_len_a, max_len_b=decode.max_len_b,
-                              length_penalty=decode.length_penalty)
+                              min_len=decode.min_length, length_penalty=decode.length_penalty)
         return [[h] for h in found]
     return beam_search(model, src, beam_size=beam, length_penalty=decode.length_penalty, nbest=beam,
-                       max_len_a=decode.max_len_a, max_len_b=decode.max_len_b)
+                       max_len_a=decode.max_len_a, max_len_b=decode.max_len_b, min_len=decode.min_length)
 
 
 def reached_limit(model, sources: list[list[int]], decode, translator: ExportedTranslator) -> list[bool]:
@@ -84,8 +84,8 @@ def test_tokens_and_scores_equal_rpr_mt(exported, export_data):
     training = load_split(export_data, "train")
     sources = [training.src(i).tolist() for i in range(TRAIN_PAIRS)]
     sources += [vocab.encode(line) for line in read_lines(str(export_data / "dev.en"))[:DEV_SENTENCES]]
-    for beam in (1, 4):
-        decode = dataclasses.replace(cfg.decode, beam_size=beam, nbest=beam)
+    for beam, min_length in ((1, 1), (4, 1), (1, 0), (4, 0), (1, 3), (4, 3)):
+        decode = dataclasses.replace(cfg.decode, beam_size=beam, nbest=beam, min_length=min_length)
         ours = rpr_mt_nbest(model, sources, beam, decode)
         theirs = translator.search(sources, decode)
         compared = 0
@@ -130,7 +130,7 @@ def test_plain_ctranslate2_greedy_equals_rpr_mt(exported, export_data):
     for line, mine, skip in zip(lines, ours, at_limit):
         pieces = sp.encode(line, out_type=str)
         limit = int(1.5 * (len(pieces) + 1) + 10)  # rpr-mt's length limit a * |x| + b, |x| counting eos
-        result = translator.translate_batch([pieces], beam_size=1, min_decoding_length=0,
+        result = translator.translate_batch([pieces], beam_size=1, min_decoding_length=decode.min_length,
                                             max_decoding_length=limit + 1)[0]
         assert skip or sp.decode(result.hypotheses[0]) == mine
     assert at_limit.count(False) >= MIN_COMPARED
