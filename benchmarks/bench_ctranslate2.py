@@ -87,7 +87,7 @@ def plain_ctranslate2(exported: ExportedTranslator, lines: list[str], decode: De
     pieces = [vocab.pieces(line)[: exported.max_positions - 1] for line in lines]
     longest = max(exported.limit(vocab.encode(line), decode) for line in lines)
     results = exported.translator.translate_batch(
-        pieces, beam_size=decode.beam_size, length_penalty=decode.length_penalty, min_decoding_length=decode.min_length,
+        pieces, beam_size=decode.beam_size, length_penalty=decode.length_penalty, min_decoding_length=min(decode.min_length, longest),
         max_decoding_length=longest + 1, max_input_length=0, max_batch_size=decode.max_tokens, batch_type="tokens",
     )
     return [vocab.decode(exported.piece_ids(r.hypotheses[0])) for r in results]

@@ -49,6 +49,13 @@ __all__ = ["ExportedTranslator"]
 _NEGLIGIBLE_PENALTY = 1e-7
 
 
+def _log_not(logprob: float) -> float:
+    """log(1 - p) from log p, exact for p near 0 and near 1. A float32 log-probability rounds to 0 within ~6e-8 of
+    p = 1, where 1 - p is taken to be that resolution rather than 0 (only a model that is all but certain to end
+    there meets it)."""
+    return math.log(-math.expm1(min(logprob, -6e-8)))
+
+
 class ExportedTranslator:
     """A CTranslate2 model directory written by ``rpr-mt export``, its SentencePiece model and decode settings.
 
@@ -120,11 +127,12 @@ class ExportedTranslator:
                 # The search removed eos from its first min_length steps' softmax; score_batch did not. Each of those
                 # tokens' log-probability becomes log p - log(1 - p(eos)), p(eos) read from scoring the prefix.
                 steps = min(decode.min_length, limit)
-                prefixes = [(k, prefix[:t]) for k, prefix in cut for t in range(steps)]
+                prefixes = sorted({(k, prefix[:t]) for k, prefix in cut for t in range(steps)})
                 if prefixes:
-                    eos = iter(result.log_probs[-1] for result in self._score(pieces, prefixes, decode))
-                    for key in cut:
-                        forced[key] -= sum(math.log1p(-math.exp(next(eos))) for _ in range(steps))
+                    eos = {key: result.log_probs[-1] for key, result in zip(prefixes, self._score(pieces, prefixes,
+                                                                                                   decode))}
+                    for k, prefix in cut:
+                        forced[(k, prefix)] -= sum(_log_not(eos[(k, prefix[:t])]) for t in range(steps))
             for k, (index, output) in enumerate(zip(indices, outputs)):
                 results[index] = self._rank(output, limit, decode, {p: lp for (j, p), lp in forced.items() if j == k})
         return results

@@ -6,8 +6,8 @@ f = 2, 3, 4 (the sources and the references joined the same way; a last group of
 beside the originals (f = 1). Joined sentences are still one line to translate: the model must translate an input
 f times as long as a usual one, past the training cap ``data.max_train_tokens``.
 
-Per finished run, ``evaluate_long`` decodes every set (f = 1 reuses the sweep's own ``<split>.hyp``) with the run's
-scored checkpoint and decode settings and writes ``long_results.json``: sacreBLEU, chrF and the hypothesis/reference
+Per finished run, ``evaluate_long`` decodes every set (f = 1 reuses the sweep's own ``<split>.hyp`` when its result
+records today's decode settings; otherwise it decodes its own, ``long/<split>.x1.hyp``) with the run's scored checkpoint and decode settings and writes ``long_results.json``: sacreBLEU, chrF and the hypothesis/reference
 length ratio per set, and BLEU per source-length bucket over all sets of a split together. It says what it cut:
 sources longer than ``model.max_positions - 1`` pieces (truncated by ``translate``) and hypotheses that stopped at the
 output length limit without eos. Resumable: a run whose ``long_results.json`` matches its config and sets is skipped.
@@ -23,10 +23,10 @@ from typing import Any, Callable, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
-from rpr_mt.config import Config, config_to_dict
+from rpr_mt.config import Config
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.lengths import bleu_by_length, buckets_from_edges
-from rpr_mt.experiments.sweep import config_fingerprint
+from rpr_mt.experiments.sweep import comparable_config, config_fingerprint, decode_settings, recorded_decode
 
 __all__ = ["FACTORS", "LENGTH_EDGES", "bucket_table", "corpus_scores", "evaluate_long", "join_consecutive",
            "long_sets", "plot_study", "render_bootstrap", "render_study_table", "write_long_sets"]
@@ -77,7 +77,7 @@ def write_long_sets(data_dir: str | Path, out_dir: str | Path, src_lang: str, tg
 
 def sets_fingerprint(cfg: Config, factors: Sequence[int], edges: Sequence[int]) -> str:
     spec = {"config": config_fingerprint(cfg), "factors": list(factors), "edges": list(edges),
-            "decode": config_to_dict(cfg)["decode"]}
+            "decode": comparable_config(cfg)["decode"]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
 
@@ -111,10 +111,20 @@ def evaluate_long(
     which = "average" if cfg.train.average_last > 1 else "last"
     model, _, vocab, checkpoint = load_for_inference(run_dir, which)
     decode = dataclasses.replace(cfg.decode, nbest=1)
+    # Hypothesis files are reused only if they were decoded with today's settings: the sweep's <split>.hyp as its
+    # result.json records, those in long/ as long/decode.json does (absent: made with the sweep's, by older code).
+    settings = decode_settings(cfg)
+    sweep_decode = recorded_decode(json.loads((run_dir / "result.json").read_text(encoding="utf-8")))
+    sidecar = run_dir / "long" / "decode.json"
+    if (json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else sweep_decode) != settings:
+        for stale in sorted(sidecar.parent.glob("*.hyp")):  # made otherwise: none of them is reused
+            stale.unlink()
+        sidecar.parent.mkdir(parents=True, exist_ok=True)
+        _write_json_atomic(sidecar, settings)
     buckets = buckets_from_edges(list(edges))
     record: dict[str, Any] = {"fingerprint": fingerprint, "checkpoint_file": checkpoint.name, "sets": {},
                               "buckets": {}, "max_train_tokens": cfg.data.max_train_tokens,
-                              "max_positions": cfg.model.max_positions}
+                              "max_positions": cfg.model.max_positions, "decode": settings}
     for split in SPLITS:
         src_path, ref_path = reference_files(cfg.data.output_dir, split)
         all_src: list[str] = []
@@ -122,7 +132,10 @@ def evaluate_long(
         all_ref: list[str] = []
         for factor, (sources, references) in long_sets(read_lines(src_path), read_lines(ref_path), factors).items():
             name = f"{split}.x{factor}"
-            hyp_path = run_dir / (f"{split}.hyp" if factor == 1 else f"long/{name}.hyp")
+            # x1: the sweep's own decoding if it was made with today's settings, else one of our own beside the
+            # joined sets (the sweep's file stays what its result.json scored)
+            own = factor == 1 and sweep_decode == settings
+            hyp_path = run_dir / (f"{split}.hyp" if own else f"long/{name}.hyp")
             pieces = [len(vocab.encode(line)) for line in sources]
             if hyp_path.is_file() and len(read_lines(hyp_path)) == len(sources):
                 hypotheses = read_lines(hyp_path)
@@ -154,10 +167,14 @@ def evaluate_long(
             {"bucket": b.label, "low": b.low, "high": b.high, "sentences": count, "bleu": bleu}
             for b, (count, bleu) in zip(buckets, bleu_by_length(all_src, all_hyp, all_ref, buckets))
         ]
-    tmp = out_path.with_name(out_path.name + ".tmp")
-    tmp.write_text(json.dumps(record, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(out_path)
+    _write_json_atomic(out_path, record)
     return record
+
+
+def _write_json_atomic(path: Path, value: Any) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
+    tmp.replace(path)
 
 
 

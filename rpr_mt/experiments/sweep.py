@@ -92,18 +92,52 @@ class Run:
         return f"{self.name}/seed{self.seed}"
 
 
-def _comparable(cfg: Config) -> dict[str, Any]:
-    """The config with what does not change the experiment (run directory, logging cadence) left out."""
+# Settings added after runs were fingerprinted: (section, key) -> (today's default, the behaviour before the key
+# existed). At its default such a key is left out of the fingerprint, so that runs recorded before it existed are
+# still found finished (as when resuming, a key the old config lacks is no difference at its default); decoded
+# outputs recorded without it were made with the old behaviour (``recorded_decode``).
+LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
+    ("train", "tensorboard"): (True, True),
+    ("train", "init_from"): (None, None),
+    ("train", "reset_optimizer"): (True, True),
+    ("decode", "min_length"): (1, 0),
+}
+
+# The decode settings that change what is decoded (nbest is 1 in sweeps; max_tokens only batches).
+DECODE_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "min_length")
+
+
+def comparable_config(cfg: Config) -> dict[str, Any]:
+    """The config with what does not change the experiment (run directory, logging cadence) left out, and settings
+    added later left out at their defaults (``LATER_SETTINGS``)."""
     raw = config_to_dict(cfg)
     train = dict(raw["train"])
     for key in ("run_dir", "log_every", "num_threads", "device"):
         train.pop(key, None)
     raw["train"] = train
+    for (section, key), (default, _) in LATER_SETTINGS.items():
+        if raw[section].get(key) == default:
+            raw[section] = {k: v for k, v in raw[section].items() if k != key}
     return raw
 
 
+def decode_settings(cfg: Config) -> dict[str, Any]:
+    """What decides a run's decoded outputs, as recorded in result.json."""
+    return {key: getattr(cfg.decode, key) for key in DECODE_KEYS}
+
+
+def recorded_decode(record: dict[str, Any]) -> dict[str, Any]:
+    """The decode settings a result record's outputs were made with. Records from before a setting existed lack it:
+    their outputs were made with the behaviour before it (``LATER_SETTINGS``)."""
+    found = dict(record.get("decode") or {k: record[k] for k in ("beam_size", "length_penalty") if k in record})
+    for (section, key), (_, before) in LATER_SETTINGS.items():
+        if section == "decode":
+            found.setdefault(key, before)
+    return found
+
+
 def config_fingerprint(cfg: Config) -> str:
-    return hashlib.sha256(json.dumps(_comparable(cfg), sort_keys=True).encode()).hexdigest()[:16]
+    return hashlib.sha256(json.dumps(comparable_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _differences(base: dict[str, Any], other: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -124,12 +158,12 @@ def _run_name(differences: list[tuple[str, Any]]) -> str:
 
 def plan_runs(config_path: str | Path, tables: Iterable[str], seeds: Iterable[int], overrides: list[str]) -> list[Run]:
     """One run per distinct (resolved config, seed), each listing the table cells it stands for."""
-    base = _comparable(load_config(config_path, overrides))
+    base = comparable_config(load_config(config_path, overrides))
     resolved = []
     for table in tables:
         for cell in table_cells(table):
             cfg = load_config(config_path, [*overrides, *cell.overrides])
-            resolved.append((cell, cfg, _differences(base, _comparable(cfg))))
+            resolved.append((cell, cfg, _differences(base, comparable_config(cfg))))
     by_key: dict[tuple[str, int], Run] = {}
     for seed in seeds:  # seed-major: every cell has one seed before any has two, so tables fill in early
         for cell, cfg, differences in resolved:
@@ -221,6 +255,7 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
         "checkpoint_file": checkpoint.name,
         "beam_size": decode.beam_size,
         "length_penalty": decode.length_penalty,
+        "decode": decode_settings(cfg),
         **_training_totals(run_dir),
     }
     for split in ("dev", "test"):

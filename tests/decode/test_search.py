@@ -275,9 +275,10 @@ def test_beam_size_one_equals_greedy(seed: int, min_len: int) -> None:
 
 
 @pytest.mark.parametrize("beam_size", [1, 3])
-@pytest.mark.parametrize("min_len", [0, 4])
+@pytest.mark.parametrize("min_len", [0, 8])
 def test_batch_equals_one_by_one(beam_size: int, min_len: int) -> None:
-    """min_len 4 lies between the sentences' limits (4 to 11): it binds some sentences and the limit others."""
+    """min_len 8 lies between the sentences' limits (9, 5, 7, 6, 11): it binds two sentences, the limit the others,
+    and rows leave the batch while it still binds."""
     model = ScriptedModel(random_script(7, list(range(4, 12)), eos_bias=0.3))
     kw = dict(beam_size=beam_size, nbest=beam_size, length_penalty=0.6, max_len_a=1.0, max_len_b=3, min_len=min_len)
     batched = beam_search(model, make_src(SOURCES), **kw)

@@ -84,6 +84,44 @@ def test_long_sets_are_decoded_scored_and_resumed(study_root, monkeypatch):
         evaluate_long(cfg, log=lambda _: None)
 
 
+def test_hypotheses_are_reused_only_if_decoded_with_the_same_settings(study_root, monkeypatch):
+    import dataclasses
+
+    from rpr_mt.decode import translate
+
+    config, runs_root = study_root
+    cfg = configs(config, runs_root)["base/seed1"]
+    run_dir = runs_root / "base/seed1"
+    evaluate_long(cfg, log=lambda _: None)
+    decoded: list[int] = []
+    real = translate.translate_lines
+    monkeypatch.setattr(translate, "translate_lines", lambda *a, **k: decoded.append(1) or real(*a, **k))
+
+    # Other decode settings: nothing decoded with the old ones is reused (x1 from the sweep, x2-x4 from before).
+    other = dataclasses.replace(cfg, decode=dataclasses.replace(cfg.decode, min_length=0))
+    record = evaluate_long(other, log=lambda _: None)
+    assert len(decoded) == 8 and record["decode"]["min_length"] == 0  # dev and test, x1 to x4
+    assert json.loads((run_dir / "long/decode.json").read_text())["min_length"] == 0
+    # Back to the run's own settings: its sweep decoding of x1 is theirs again; the joined sets are decoded anew.
+    decoded.clear()
+    record = evaluate_long(cfg, log=lambda _: None)
+    assert len(decoded) == 6 and record["decode"]["min_length"] == 1
+    assert json.loads((run_dir / "long/decode.json").read_text()) == record["decode"]
+    # A result recorded before decode.min_length existed was decoded without it: its x1 files are not today's.
+    result = json.loads((run_dir / "result.json").read_text())
+    (run_dir / "result.json").write_text(json.dumps({k: v for k, v in result.items() if k != "decode"}))
+    (run_dir / "long_results.json").unlink()
+    decoded.clear()
+    sweep_test = (run_dir / "test.hyp").read_text()
+    try:
+        record = evaluate_long(cfg, log=lambda _: None)
+    finally:
+        (run_dir / "result.json").write_text(json.dumps(result))
+    assert len(decoded) == 2  # dev.x1 and test.x1; the joined sets were decoded with today's settings
+    assert (run_dir / "test.hyp").read_text() == sweep_test  # what result.json scored stays as it was
+    assert record["sets"]["test.x1"]["lines"] == len(read_lines(run_dir / "long/test.x1.hyp"))
+
+
 def test_table_numbers_are_the_runs_own(study_root):
     config, runs_root = study_root
     for cfg in configs(config, runs_root).values():

@@ -9,13 +9,21 @@ from pathlib import Path
 
 import pytest
 
-from rpr_mt.config import config_from_dict, load_config, save_config
+from rpr_mt.config import config_from_dict, config_to_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
 from rpr_mt.experiments.lengths import length_table, render_length_table
-from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
+from rpr_mt.experiments.sweep import (
+    LATER_SETTINGS,
+    comparable_config,
+    config_fingerprint,
+    plan_runs,
+    recorded_decode,
+    run_config,
+    run_sweep,
+)
 from rpr_mt.experiments.tables import load_sweep
 from rpr_mt.provenance import code_version
 from rpr_mt.train import checkpoint as ckpt
@@ -132,3 +140,46 @@ def _raw(cfg) -> dict:
     from rpr_mt.config import config_to_dict
 
     return config_to_dict(cfg)
+
+
+# The settings of a config.yaml written on 2026-11-23 by the code that trained the position study (dc4079e), whose
+# finished runs are found by fingerprint. A setting added since must be in LATER_SETTINGS (with its default and the
+# behaviour before it), or every run recorded before it would count as unfinished and be trained and decoded again.
+SETTINGS_WHEN_FINGERPRINTED = {
+    "data": ["source", "src_lang", "tgt_lang", "output_dir", "multi30k_dir", "splits", "demo_sizes", "demo_seed",
+             "max_train_pairs", "max_train_tokens", "max_words", "max_length_ratio", "dedup", "vocab_size",
+             "spm_model_type", "spm_character_coverage", "spm_sample_sentences"],
+    "model": ["preset", "d_model", "n_heads", "encoder_layers", "decoder_layers", "ff_dim", "dropout",
+              "attention_dropout", "activation_dropout", "norm", "positions", "absolute_kind", "max_positions", "clip",
+              "use_key", "use_value", "share_across_heads", "t5", "xl", "rope"],
+    "train": ["seed", "max_tokens", "update_freq", "max_steps", "max_epochs", "max_time", "lr_schedule", "lr_scale",
+              "peak_lr", "warmup_steps", "warmup_fraction", "final_lr_fraction", "adam_betas", "adam_eps",
+              "weight_decay", "label_smoothing", "clip_norm", "precision", "save_every", "keep_last", "validate_every",
+              "valid_bleu", "valid_max_sentences", "valid_beam_size", "patience", "max_bad_updates", "average_last"],
+    "decode": ["beam_size", "length_penalty", "max_len_a", "max_len_b", "max_tokens", "nbest"],
+}
+
+
+def test_settings_added_since_runs_were_fingerprinted_are_declared(base_config):
+    comparable = comparable_config(load_config(base_config))
+    added = {(section, key) for section, values in comparable.items() for key in values
+             if key not in SETTINGS_WHEN_FINGERPRINTED[section]}
+    assert added == set(), f"settings added since runs were fingerprinted, missing from LATER_SETTINGS: {added}"
+    assert {section for section, _ in LATER_SETTINGS} <= set(SETTINGS_WHEN_FINGERPRINTED)
+
+
+def test_a_setting_added_later_changes_the_fingerprint_only_off_its_default(base_config):
+    raw = config_to_dict(load_config(base_config))
+    old = {section: {k: v for k, v in values.items() if (section, k) not in LATER_SETTINGS}
+           for section, values in raw.items()}  # a config.yaml written before those settings existed
+    assert config_fingerprint(config_from_dict(old)) == config_fingerprint(config_from_dict(raw))
+    raw["decode"]["min_length"] = 0
+    assert config_fingerprint(config_from_dict(raw)) != config_fingerprint(config_from_dict(old))
+
+
+def test_recorded_decode_fills_in_the_behaviour_before_a_setting():
+    assert recorded_decode({"beam_size": 4, "length_penalty": 0.6}) == {"beam_size": 4, "length_penalty": 0.6,
+                                                                          "min_length": 0}
+    new = {"beam_size": 4, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10, "min_length": 1}
+    assert recorded_decode({"beam_size": 4, "length_penalty": 0.6, "decode": new}) == new
+
