@@ -29,17 +29,29 @@ def test_old_checkpoint_translates_as_before(cell):
         # min_length 0: the code that made the fixtures let eos end an output at any step
         decode = DecodeConfig(beam_size=beam, nbest=beam, max_len_a=1.0, max_len_b=5, min_length=0)
         got = translate_lines(model, vocab, EXPECTED["lines"], decode=decode, device="cpu")
-        assert _parts(got) == _parts(EXPECTED[cell][f"beam{beam}"])  # the same n-best lists, hypothesis by hypothesis
-        # Scores to the printed precision: one rounding step of the last digit is float32 summation order (where the
-        # d^-1/2 scale is applied), not a change of model.
-        for a, b in zip(got, EXPECTED[cell][f"beam{beam}"]):
-            if "\t" in b:
-                assert abs(float(a.split("\t")[1]) - float(b.split("\t")[1])) <= 1.5e-4, (a, b)
+        _assert_same_nbest(got, EXPECTED[cell][f"beam{beam}"])
 
 
-def _parts(nbest: list[str]) -> list[tuple[str, ...]]:
-    """Lines "hypothesis", or n-best lines "index<TAB>score<TAB>hypothesis" without their scores."""
-    return [tuple(line.split("\t")[::2]) for line in nbest]
+def _assert_same_nbest(got: list[str], expected: list[str]) -> None:
+    """The same n-best lists ("index<TAB>score<TAB>hypothesis" lines), hypothesis by hypothesis.
+
+    Scores agree to the printed precision: one rounding step of the last digit is float32 summation order (where the
+    d^-1/2 scale is applied), not a change of model. Hypotheses whose recorded scores are equal are exact ties (these
+    tiny models score some outputs that differ only in blanks alike), and beam search's topk may order a tie either
+    way depending on the CPU's vector width, so within a tie only the set of hypotheses is compared."""
+    assert len(got) == len(expected), (got, expected)
+    if not any("\t" in line for line in expected):  # one best: plain hypotheses
+        assert got == expected
+        return
+    got_parts = [line.split("\t") for line in got]
+    expected_parts = [line.split("\t") for line in expected]
+    ties: dict[tuple[str, str], list[int]] = {}
+    for i, ((g_index, g_score, _), (e_index, e_score, _)) in enumerate(zip(got_parts, expected_parts)):
+        assert g_index == e_index and abs(float(g_score) - float(e_score)) <= 1.5e-4, (got[i], expected[i])
+        ties.setdefault((e_index, e_score), []).append(i)
+    for positions in ties.values():
+        assert sorted(got_parts[i][2] for i in positions) == sorted(expected_parts[i][2] for i in positions), \
+            [got[i] for i in positions]
 
 
 def test_old_names_are_renamed_and_nothing_is_left_over():
