@@ -10,7 +10,7 @@ measurements, and their range).
     python benchmarks/bench_train.py --schemes all --regimes multi30k --precisions fp32
     python benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
     python benchmarks/bench_train.py --malloc default   # without rpr_mt.host.keep_freed_memory (glibc's default)
-    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json runs/study_speed.json
+    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
         # every cell of the position-scheme study (sweep table "schemes") with the study config's model and
         # batch size, fp32, Multi30k lengths: the study table's "tok/s vs absolute" column (scripts/study_positions.py
         # --report --speed-json), measured quietly instead of read from runs that shared the machine

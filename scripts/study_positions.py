@@ -1,13 +1,13 @@
 """The position-scheme study (docs/positions.md): train every scheme as the sweep does, then test each on inputs
 2-4 times longer than any seen in training (rpr_mt/experiments/study.py).
 
-    # train every scheme (seed-major, resumable: re-run the same command), then decode the long sets with each
-    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root runs/study_positions --seeds 1 2
+    # train every scheme (seed-major, resumable: re-run the same command), each run's long sets decoded after it
+    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2
     # the table, BLEU against source length (PNG) and the paired bootstrap against absolute sinusoidal positions
-    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root runs/study_positions --report \\
-        --plot docs/img/positions_bleu_by_length.png --bootstrap --speed-json runs/study_speed.json
+    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --report \\
+        --plot docs/img/positions_bleu_by_length.png --bootstrap --speed-json results/study_speed.json
     # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
-    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json runs/study_speed.json
+    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     try:
         from rpr_mt.experiments.study import evaluate_long, plot_study, render_bootstrap, render_study_table
-        from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep, is_finished
+        from rpr_mt.experiments.sweep import run_sweep
         from rpr_mt.experiments.tables import load_sweep
 
         if args.report:
@@ -53,18 +53,18 @@ def main(argv: list[str] | None = None) -> int:
             if args.bootstrap:
                 print(render_bootstrap(sweep))
             return 0
-        status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides, args.only)
+
+        def decode_long_sets(cfg) -> None:
+            # Each run's long sets right after it trains: a finished run is then complete, ready to commit (results/).
+            record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+            x4 = record["sets"]["test.x4"]
+            print(f"{cfg.train.run_dir}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}",
+                  file=sys.stderr, flush=True)
+
+        status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides, args.only,
+                           after_run=decode_long_sets)
         if status == "signal":
             return 130
-        for run in plan_runs(args.config, ["schemes"], args.seeds, args.overrides):
-            if args.only and run.directory not in args.only:
-                continue
-            cfg = run_config(args.config, args.overrides, run, args.root)
-            if is_finished(cfg):
-                record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
-                x4 = record["sets"]["test.x4"]
-                print(f"{run.directory}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}",
-                      file=sys.stderr, flush=True)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

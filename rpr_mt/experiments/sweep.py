@@ -305,8 +305,12 @@ def run_sweep(
     overrides: list[str] | None = None,
     only: Iterable[str] | None = None,
     log: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
+    after_run: Callable[[Config], None] | None = None,
 ) -> str:
-    """Run every planned run not yet finished, in order; returns "done" or "signal" (stopped; re-run to resume)."""
+    """Run every planned run not yet finished, in order; returns "done" or "signal" (stopped; re-run to resume).
+
+    ``after_run`` is called with each finished run's config (trained now or found finished) before the next run
+    starts: work that follows a run, such as the study's long sets, is then done run by run, not left to the end."""
     overrides = list(overrides or [])
     runs = plan_runs(config_path, tables, seeds, overrides)
     write_plan(root, config_path, overrides, runs)
@@ -321,11 +325,14 @@ def run_sweep(
         cells = ", ".join(f"{table} {label}" for table, label in run.cells)
         if is_finished(cfg):
             log(f"[{index}/{len(runs)}] {run.directory}: finished, skipped ({cells})")
-            continue
-        log(f"[{index}/{len(runs)}] {run.directory}: training ({cells})")
-        record = execute_run(cfg, run, log)
-        if record is None:
-            log(f"{run.directory}: stopped by a signal; run the same command again to resume")
-            return "signal"
-        log(f"[{index}/{len(runs)}] {run.directory}: dev BLEU {record['dev_bleu']:.2f}, test BLEU {record['test_bleu']:.2f}")
+        else:
+            log(f"[{index}/{len(runs)}] {run.directory}: training ({cells})")
+            record = execute_run(cfg, run, log)
+            if record is None:
+                log(f"{run.directory}: stopped by a signal; run the same command again to resume")
+                return "signal"
+            log(f"[{index}/{len(runs)}] {run.directory}: dev BLEU {record['dev_bleu']:.2f}, "
+                f"test BLEU {record['test_bleu']:.2f}")
+        if after_run is not None:
+            after_run(cfg)
     return "done"

@@ -157,13 +157,31 @@ def test_long_set_files(study_root, tmp_path):
     assert src[0] == f"{original[0]} {original[1]}"
 
 
-def test_report_refuses_an_unreadable_speed_file(study_root, tmp_path, capsys):
+def _script():
     import importlib.util
 
     spec = importlib.util.spec_from_file_location("study_positions", Path(__file__).parents[2] / "scripts" / "study_positions.py")
     script = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(script)
+    return script
+
+
+def test_the_script_decodes_each_runs_long_sets_after_it(study_root, capsys):
+    config, runs_root = study_root
+    run = "positions=alibi/seed1"
+    evaluate_long(configs(config, runs_root)[run], log=lambda _: None)
+    path = runs_root / run / "long_results.json"
+    before = json.loads(path.read_text())
+    path.unlink()
+    # The finished run is not trained again; its long sets are decoded again, to the same scores.
+    assert _script().main([str(config), "--root", str(runs_root), "--seeds", "1", "--only", run]) == 0
+    err = capsys.readouterr().err
+    assert f"{run}: finished, skipped" in err and f"{run}: test x4 BLEU" in err
+    assert json.loads(path.read_text())["sets"] == before["sets"]
+
+
+def test_report_refuses_an_unreadable_speed_file(study_root, tmp_path, capsys):
     config, runs_root = study_root
     (tmp_path / "speed.json").write_text("{}")
-    assert script.main([str(config), "--root", str(runs_root), "--report", "--speed-json", str(tmp_path / "speed.json")]) == 2
+    assert _script().main([str(config), "--root", str(runs_root), "--report", "--speed-json", str(tmp_path / "speed.json")]) == 2
     assert "--speed-json" in capsys.readouterr().err

@@ -19,6 +19,7 @@ from rpr_mt.experiments.sweep import (
     LATER_SETTINGS,
     comparable_config,
     config_fingerprint,
+    is_finished,
     plan_runs,
     recorded_decode,
     run_config,
@@ -79,7 +80,14 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
     assert [p.name for p in ckpt.list_step_checkpoints(cfg.train.run_dir)][-1] == "checkpoint_00000006.pt"
 
     messages: list[str] = []
-    assert run_sweep(base_config, root, ["positions"], [1], log=messages.append) == "done"
+    followed: list[str] = []  # after_run sees each run once it is finished, in the plan's order
+
+    def after_run(run_cfg):
+        assert is_finished(run_cfg)
+        followed.append(Path(run_cfg.train.run_dir).relative_to(root).as_posix())
+
+    assert run_sweep(base_config, root, ["positions"], [1], log=messages.append, after_run=after_run) == "done"
+    assert followed == [run.directory for run in runs]
     assert f"resuming from {Path(cfg.train.run_dir) / 'checkpoints' / 'checkpoint_00000006.pt'}" in capsys.readouterr().err
     results = {run.directory: json.loads((root / run.directory / "result.json").read_text()) for run in runs}
     for directory, result in results.items():
@@ -106,8 +114,10 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
     # Finished runs are skipped: nothing is retrained or rewritten.
     stamps = {d: (root / d / "result.json").stat().st_mtime_ns for d in results}
     messages.clear()
-    assert run_sweep(base_config, root, ["positions"], [1], log=messages.append) == "done"
+    followed.clear()
+    assert run_sweep(base_config, root, ["positions"], [1], log=messages.append, after_run=after_run) == "done"
     assert sum("finished, skipped" in m for m in messages) == 2
+    assert followed == [run.directory for run in runs]  # runs found finished are followed too
     assert stamps == {d: (root / d / "result.json").stat().st_mtime_ns for d in results}
 
     # Killed after training but before its result: only decoded again, from the same checkpoint.
