@@ -429,17 +429,20 @@ def train(
     train_data = load_split(data_dir, "train")
     dev_data = load_split(data_dir, "dev") if ids_file(data_dir, "dev", "src").is_file() else None
     train_indices = usable_examples(train_data, cfg.model.max_positions, cfg.data.max_train_tokens)
-    cap = f"model.max_positions={cfg.model.max_positions}" + (
-        f" and data.max_train_tokens={cfg.data.max_train_tokens}" if cfg.data.max_train_tokens is not None else "")
+    # The limit that binds (usable_examples): pieces a side, eos not counted.
+    if cfg.data.max_train_tokens is not None and cfg.data.max_train_tokens < cfg.model.max_positions - 1:
+        cap = f"{cfg.data.max_train_tokens} pieces (data.max_train_tokens)"
+    else:
+        cap = f"{cfg.model.max_positions - 1} pieces (model.max_positions={cfg.model.max_positions} with eos)"
     if len(train_indices) == 0:
-        raise UserError(f"no training pair in {data_dir} fits {cap}")
+        raise UserError(f"no training pair in {data_dir} is non-empty with both sides within {cap}")
     dropped = len(train_data) - len(train_indices)
 
     torch.manual_seed(t.seed)
     model = Seq2Seq(cfg.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id).to(device)
     n_params = count_parameters(model)
     log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
-        f"{len(train_indices):,} training pairs" + (f" ({dropped:,} longer than {cap} skipped)" if dropped else ""))
+        f"{len(train_indices):,} training pairs" + (f" ({dropped:,} skipped: empty or a side over {cap})" if dropped else ""))
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
         f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")
 

@@ -257,3 +257,21 @@ def test_sigterm_saves_a_checkpoint_and_the_same_command_resumes(tmp_path, demo_
     assert f"resuming from {saved[0]}" in done.stderr
     assert ckpt.list_step_checkpoints(tmp_path / "run")[-1].name == f"checkpoint_{step + 2:08d}.pt"
     assert averaged.is_file()
+
+
+@pytest.mark.parametrize("sections, cap", [
+    ({"data": {"max_train_tokens": 12}}, "12 pieces (data.max_train_tokens)"),
+    ({"model": {"max_positions": 14}}, "13 pieces (model.max_positions=14 with eos)"),
+    ({"data": {"max_train_tokens": 20}, "model": {"max_positions": 14}}, "13 pieces (model.max_positions=14 with eos)"),
+])
+def test_the_log_names_the_length_limit_that_binds(tmp_path, demo_data, capsys, sections, cap):
+    from rpr_mt.data.binarize import load_split
+    from rpr_mt.train.batching import usable_examples
+
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 1}, **{
+        name: {**tiny(demo_data, tmp_path)[name], **values} for name, values in sections.items()})
+    cfg = config_from_dict(raw)
+    train(cfg, progress=False)
+    data = load_split(demo_data, "train")
+    dropped = len(data) - len(usable_examples(data, cfg.model.max_positions, cfg.data.max_train_tokens))
+    assert dropped > 0 and f"({dropped:,} skipped: empty or a side over {cap})" in capsys.readouterr().err
