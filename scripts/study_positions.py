@@ -54,9 +54,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(render_bootstrap(sweep))
             return 0
 
+        failed: list[str] = []
+
         def decode_long_sets(cfg) -> None:
             # Each run's long sets right after it trains: a finished run is then complete, ready to commit (results/).
-            record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+            try:
+                record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+            except UserError as err:  # e.g. a run from results/ whose hypotheses are incomplete and weights absent
+                print(f"error: {cfg.train.run_dir}: long sets not evaluated: {err}", file=sys.stderr, flush=True)
+                failed.append(str(cfg.train.run_dir))
+                return
             x4 = record["sets"]["test.x4"]
             print(f"{cfg.train.run_dir}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}",
                   file=sys.stderr, flush=True)
@@ -65,6 +72,10 @@ def main(argv: list[str] | None = None) -> int:
                            after_run=decode_long_sets)
         if status == "signal":
             return 130
+        if failed:
+            print(f"error: {len(failed)} run(s) without long-set results (above); the others are done",
+                  file=sys.stderr)
+            return 1
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2

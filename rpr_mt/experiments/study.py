@@ -10,7 +10,8 @@ Per finished run, ``evaluate_long`` decodes every set (f = 1 reuses the sweep's 
 records today's decode settings; otherwise it decodes its own, ``long/<split>.x1.hyp``) with the run's scored checkpoint and decode settings and writes ``long_results.json``: sacreBLEU, chrF and the hypothesis/reference
 length ratio per set, and BLEU per source-length bucket over all sets of a split together. It says what it cut:
 sources longer than ``model.max_positions - 1`` pieces (truncated by ``translate``) and hypotheses that stopped at the
-output length limit without eos. Resumable: a run whose ``long_results.json`` matches its config and sets is skipped.
+output length limit without eos. Resumable: a run whose ``long_results.json`` matches its config and sets is skipped,
+and hypothesis files already there are rescored without loading the model (a run kept in results/ has no weights).
 """
 
 from __future__ import annotations
@@ -98,23 +99,33 @@ def evaluate_long(
     import torch
 
     from rpr_mt.data.prepare import reference_files
+    from rpr_mt.data.vocab import Vocab
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.train.checkpoint import load_for_inference
 
     run_dir = Path(cfg.train.run_dir)
     out_path = run_dir / "long_results.json"
     fingerprint = sets_fingerprint(cfg, factors, edges)
-    if out_path.is_file():
-        done = json.loads(out_path.read_text(encoding="utf-8"))
-        if done.get("fingerprint") == fingerprint:
-            return done
-    which = "average" if cfg.train.average_last > 1 else "last"
-    model, _, vocab, checkpoint = load_for_inference(run_dir, which)
+    previous = json.loads(out_path.read_text(encoding="utf-8")) if out_path.is_file() else {}
+    if previous.get("fingerprint") == fingerprint:
+        return previous
+    # The model is loaded only if a set must be decoded: rescoring hypotheses that are all there (new edges, or a
+    # run from results/, whose weights are not kept) needs none.
+    loaded: list[Any] = []
+
+    def model_and_checkpoint() -> tuple[Any, Path]:
+        if not loaded:
+            model, _, _, checkpoint = load_for_inference(run_dir, "average" if cfg.train.average_last > 1 else "last")
+            loaded.extend([model, checkpoint])
+        return loaded[0], loaded[1]
+
+    vocab = Vocab.load(Path(cfg.data.output_dir) / "spm.model")
     decode = dataclasses.replace(cfg.decode, nbest=1)
     # Hypothesis files are reused only if they were decoded with today's settings: the sweep's <split>.hyp as its
     # result.json records, those in long/ as long/decode.json does (absent: made with the sweep's, by older code).
     settings = decode_settings(cfg)
-    sweep_decode = recorded_decode(json.loads((run_dir / "result.json").read_text(encoding="utf-8")))
+    result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
+    sweep_decode = recorded_decode(result)
     sidecar = run_dir / "long" / "decode.json"
     if (json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else sweep_decode) != settings:
         for stale in sorted(sidecar.parent.glob("*.hyp")):  # made otherwise: none of them is reused
@@ -122,8 +133,9 @@ def evaluate_long(
         sidecar.parent.mkdir(parents=True, exist_ok=True)
         _write_json_atomic(sidecar, settings)
     buckets = buckets_from_edges(list(edges))
-    record: dict[str, Any] = {"fingerprint": fingerprint, "checkpoint_file": checkpoint.name, "sets": {},
-                              "buckets": {}, "max_train_tokens": cfg.data.max_train_tokens,
+    record: dict[str, Any] = {"fingerprint": fingerprint,
+                              "checkpoint_file": previous.get("checkpoint_file", result.get("checkpoint_file")),
+                              "sets": {}, "buckets": {}, "max_train_tokens": cfg.data.max_train_tokens,
                               "max_positions": cfg.model.max_positions, "decode": settings}
     for split in SPLITS:
         src_path, ref_path = reference_files(cfg.data.output_dir, split)
@@ -141,6 +153,8 @@ def evaluate_long(
                 hypotheses = read_lines(hyp_path)
             else:
                 log(f"{run_dir}: decoding {name} ({len(sources)} inputs, up to {max(pieces)} pieces)")
+                model, checkpoint = model_and_checkpoint()
+                record["checkpoint_file"] = checkpoint.name
                 hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"))
                 hyp_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = hyp_path.with_name(hyp_path.name + ".tmp")

@@ -11,6 +11,7 @@ import pytest
 from rpr_mt.config import config_from_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
+from rpr_mt.errors import UserError
 from rpr_mt.experiments import study
 from rpr_mt.experiments.study import evaluate_long, join_consecutive, long_sets, render_study_table, write_long_sets
 from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
@@ -166,17 +167,53 @@ def _script():
 
 
 def test_the_script_decodes_each_runs_long_sets_after_it(study_root, capsys):
+    import shutil
+
     config, runs_root = study_root
     run = "positions=alibi/seed1"
     evaluate_long(configs(config, runs_root)[run], log=lambda _: None)
     path = runs_root / run / "long_results.json"
     before = json.loads(path.read_text())
     path.unlink()
+    shutil.rmtree(runs_root / run / "long")
     # The finished run is not trained again; its long sets are decoded again, to the same scores.
     assert _script().main([str(config), "--root", str(runs_root), "--seeds", "1", "--only", run]) == 0
     err = capsys.readouterr().err
-    assert f"{run}: finished, skipped" in err and f"{run}: test x4 BLEU" in err
+    assert f"{run}: finished, skipped" in err and "training (" not in err
+    assert f"{run}: decoding test.x4" in err and f"{run}: test x4 BLEU" in err
     assert json.loads(path.read_text())["sets"] == before["sets"]
+
+
+def test_a_run_without_weights_is_rescored_or_said_to_be_incomplete(study_root, tmp_path, monkeypatch, capsys):
+    """A run as results/ keeps it (no checkpoints): its hypotheses are rescored without the model; where one is
+    missing, the script says so for that run and goes on."""
+    import shutil
+
+    config, runs_root = study_root
+    run = "base/seed1"
+    cfg = configs(config, runs_root)[run]
+    record = evaluate_long(cfg, log=lambda _: None)
+    kept = tmp_path / "results"
+    shutil.copytree(runs_root, kept, ignore=shutil.ignore_patterns("checkpoints", "*.pt"))
+    kept_cfg = run_config(config, [], next(r for r in plan_runs(config, ["schemes"], [1], []) if r.directory == run),
+                          kept)
+    monkeypatch.setattr("rpr_mt.decode.translate.translate_lines", lambda *a, **k: pytest.fail("decoded"))
+    rescored = evaluate_long(kept_cfg, edges=(10, 20), log=lambda _: None)  # new edges: rescoring only
+    assert rescored["sets"] == record["sets"] and rescored["checkpoint_file"] == record["checkpoint_file"]
+    assert [b["bucket"] for b in rescored["buckets"]["test"]] != [b["bucket"] for b in record["buckets"]["test"]]
+    monkeypatch.undo()
+
+    for each in RUNS:
+        (kept / each / "long_results.json").unlink()
+    (kept / run / "long" / "test.x3.hyp").unlink()
+    with pytest.raises(UserError, match="checkpoint"):
+        evaluate_long(kept_cfg, log=lambda _: None)
+    assert _script().main([str(config), "--root", str(kept), "--seeds", "1"] + sum((["--only", r] for r in RUNS), [])) == 1
+    err = capsys.readouterr().err
+    assert f"{kept / run}: long sets not evaluated" in err and "1 run(s) without long-set results" in err
+    for other in RUNS:  # the others are rescored from their hypotheses, with no weights, whatever their order
+        if other != run:
+            assert (kept / other / "long_results.json").is_file()
 
 
 def test_report_refuses_an_unreadable_speed_file(study_root, tmp_path, capsys):

@@ -85,9 +85,15 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
     def after_run(run_cfg):
         assert is_finished(run_cfg)
         followed.append(Path(run_cfg.train.run_dir).relative_to(root).as_posix())
+        messages.append(f"after_run {followed[-1]}")
 
     assert run_sweep(base_config, root, ["positions"], [1], log=messages.append, after_run=after_run) == "done"
     assert followed == [run.directory for run in runs]
+    # ... before the next run starts: the sweep's own lines and the calls interleave run by run
+    events = [m for m in messages if m.startswith("after_run") or ": training (" in m]
+    assert events == [e for run in runs for e in (f"[{runs.index(run) + 1}/2] {run.directory}: training ("
+                                                  f"{', '.join(f'{t} {c}' for t, c in run.cells)})",
+                                                  f"after_run {run.directory}")]
     assert f"resuming from {Path(cfg.train.run_dir) / 'checkpoints' / 'checkpoint_00000006.pt'}" in capsys.readouterr().err
     results = {run.directory: json.loads((root / run.directory / "result.json").read_text()) for run in runs}
     for directory, result in results.items():
