@@ -31,6 +31,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="print the table of finished runs; train nothing")
     parser.add_argument("--plot", help="with --report: write BLEU against source length per scheme to this PNG")
     parser.add_argument("--bootstrap", action="store_true", help="with --report: paired bootstrap vs the baseline")
+    parser.add_argument("--data-dir", help="with --bootstrap: the prepared data of the runs (default: data.output_dir "
+                        "of their config.yaml, relative to where the study ran)")
     parser.add_argument("--speed-json", help="with --report: the tok/s column from `benchmarks/bench_train.py --study "
                         "CONFIG --json FILE` (a quiet measurement) instead of the runs' own rates")
     args = parser.parse_args(argv)
@@ -51,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.plot:
                 print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
             if args.bootstrap:
-                print(render_bootstrap(sweep))
+                print(render_bootstrap(sweep, data_dir=args.data_dir))
             return 0
 
         failed: list[str] = []

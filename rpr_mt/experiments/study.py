@@ -298,8 +298,11 @@ def plot_study(sweep: Any, out_path: str | Path, split: str = "test") -> Path:
     return out_path
 
 
-def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (1, 4)) -> str:
-    """Markdown: each scheme minus the baseline of the same seed, per set, with the paired bootstrap p-value."""
+def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (1, 4),
+                     data_dir: str | Path | None = None) -> str:
+    """Markdown: each scheme minus the baseline of the same seed, per set, with the paired bootstrap p-value.
+
+    The references come from ``data_dir``, by default the prepared data named by the baseline run's config."""
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.decode.translate import read_lines
     from rpr_mt.experiments.outputs import _run_data_dir
@@ -309,13 +312,14 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
     base = {sweep.entries[r]["seed"]: r for r in dict(rows).get(BASELINE, [])}
     if not base:
         raise UserError(f"no finished '{BASELINE}' run to compare with")
-    data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
+    if data_dir is None:
+        data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
     src_path, ref_path = reference_files(data_dir, split)
     sets = long_sets(read_lines(src_path), read_lines(ref_path), factors)
     lines = [f"| scheme | " + " | ".join(f"Δ {split} x{f} BLEU (p per seed)" for f in factors) + " |",
              "|---|" + "---|" * len(factors)]
     for label, runs in rows:
-        if label == BASELINE:
+        if label == BASELINE or not runs:  # no finished run yet: no row
             continue
         cells = []
         for factor in factors:
@@ -339,5 +343,7 @@ def _hypotheses(run_dir: Path, name: str) -> list[str] | None:
     from rpr_mt.decode.translate import read_lines
 
     split, factor = name.split(".x")
-    path = run_dir / (f"{split}.hyp" if factor == "1" else f"long/{name}.hyp")
+    path = run_dir / f"long/{name}.hyp"  # x1: evaluate_long's own decoding where it made one, else the sweep's
+    if factor == "1" and not path.is_file():
+        path = run_dir / f"{split}.hyp"
     return read_lines(path) if path.is_file() else None

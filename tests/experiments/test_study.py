@@ -147,6 +147,25 @@ def test_table_numbers_are_the_runs_own(study_root):
     assert measured["ALiBi"][8] == "1.042 (1.010-1.070)" and measured["Shaw k=4"][8] == ""
 
 
+def test_bootstrap_rows_are_the_runs_differences(study_root, tmp_path):
+    from rpr_mt.experiments.study import render_bootstrap
+
+    config, runs_root = study_root
+    long = {}
+    for run, cfg in configs(config, runs_root).items():
+        long[run] = evaluate_long(cfg, log=lambda _: None)["sets"]
+    table = render_bootstrap(load_sweep(runs_root))
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert set(rows) == {"ALiBi", "Shaw k=4"}  # every scheme but the baseline
+    for run, label in [("positions=alibi/seed1", "ALiBi"), ("base/seed1", "Shaw k=4")]:
+        for cell, name in zip(rows[label], ("test.x1", "test.x4")):
+            delta = long[run][name]["bleu"] - long["positions=absolute/seed1"][name]["bleu"]
+            assert cell.startswith(f"{delta:+.2f} (p="), (label, name, cell)
+    # --data-dir (the runs' data.output_dir is relative to where the study ran) is where the references are read
+    with pytest.raises(UserError, match="nowhere"):
+        render_bootstrap(load_sweep(runs_root), data_dir=tmp_path / "nowhere")
+
+
 def test_long_set_files(study_root, tmp_path):
     config, _ = study_root
     cfg = load_config(config)
