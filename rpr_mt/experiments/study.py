@@ -17,6 +17,7 @@ and hypothesis files already there are rescored without loading the model (a run
 from __future__ import annotations
 
 import dataclasses
+import functools
 import hashlib
 import json
 from pathlib import Path
@@ -111,13 +112,10 @@ def evaluate_long(
         return previous
     # The model is loaded only if a set must be decoded: rescoring hypotheses that are all there (new edges, or a
     # run from results/, whose weights are not kept) needs none.
-    loaded: list[Any] = []
-
+    @functools.cache
     def model_and_checkpoint() -> tuple[Any, Path]:
-        if not loaded:
-            model, _, _, checkpoint = load_for_inference(run_dir, "average" if cfg.train.average_last > 1 else "last")
-            loaded.extend([model, checkpoint])
-        return loaded[0], loaded[1]
+        model, _, _, checkpoint = load_for_inference(run_dir, "average" if cfg.train.average_last > 1 else "last")
+        return model, checkpoint
 
     vocab = Vocab.load(Path(cfg.data.output_dir) / "spm.model")
     decode = dataclasses.replace(cfg.decode, nbest=1)
