@@ -438,8 +438,7 @@ def train(
         raise UserError(f"no training pair in {data_dir} is non-empty with both sides within {cap}")
     dropped = len(train_data) - len(train_indices)
 
-    torch.manual_seed(t.seed)
-    model = Seq2Seq(cfg.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id).to(device)
+    model = initial_model(cfg, vocab).to(device)
     n_params = count_parameters(model)
     log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
         f"{len(train_indices):,} training pairs" + (f" ({dropped:,} skipped: empty or a side over {cap})" if dropped else ""))
@@ -568,6 +567,13 @@ def train(
     return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
                        state.tokens, seconds, _peak_memory_mb(device), state.elapsed_before + seconds,
                        state.run_tokens())
+
+
+def initial_model(cfg: Config, vocab: Vocab) -> Seq2Seq:
+    """The model as training starts it, seeded by train.seed: a finished run's starting point can be rebuilt and
+    compared with its checkpoints (``rpr_mt.experiments.untrained``)."""
+    torch.manual_seed(cfg.train.seed)
+    return Seq2Seq(cfg.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
 
 
 def _dry_run(cfg: Config, dd: _Distributed) -> TrainResult:

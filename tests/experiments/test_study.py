@@ -12,10 +12,10 @@ from rpr_mt.config import config_from_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
-from rpr_mt.experiments import study
 from rpr_mt.experiments.study import evaluate_long, join_consecutive, long_sets, render_study_table, write_long_sets
 from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
 from rpr_mt.experiments.tables import load_sweep
+from tests.scripts import load_script
 from tests.train.test_trainer import tiny
 
 RUNS = ["positions=absolute/seed1", "positions=alibi/seed1", "base/seed1"]
@@ -177,12 +177,7 @@ def test_long_set_files(study_root, tmp_path):
 
 
 def _script():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("study_positions", Path(__file__).parents[2] / "scripts" / "study_positions.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
-    return script
+    return load_script("scripts/study_positions.py")
 
 
 def test_the_script_decodes_each_runs_long_sets_after_it(study_root, capsys):

@@ -4,21 +4,12 @@
 from __future__ import annotations
 
 import argparse
-import importlib.util
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 
-REPO = Path(__file__).resolve().parents[2]
-
-
-def load(relative: str):
-    spec = importlib.util.spec_from_file_location(Path(relative).stem, REPO / relative)
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+from tests.scripts import REPO, load_script
 
 
 def run(*command: str) -> subprocess.CompletedProcess:
@@ -65,7 +56,7 @@ def canned(presets=("base",)) -> dict:
 
 
 def test_table_from_measurements_states_each_goal():
-    gpu_check = load("scripts/gpu_check.py")
+    gpu_check = load_script("scripts/gpu_check.py")
     args = gpu_check.parse_args(["--lengths", "128", "256"])
     env = {"gpu": "NVIDIA H100", "gpus": 1, "torch": "2.x", "cuda": "12", "triton": "3.9.0"}
     text = gpu_check.render(canned(), args, env)
@@ -94,7 +85,7 @@ def test_gpu_benchmarks_dry_run(script, tmp_path):
     lines = done.stdout.splitlines()
     assert lines[0].startswith("# ") and lines[1].startswith("| ") and set(lines[2]) <= set("|-: ")
     assert (tmp_path / "rows.json").is_file()
-    module = load(script)
+    module = load_script(script)
     assert isinstance(module.parse_args([]), argparse.Namespace)
 
 
