@@ -4,6 +4,7 @@
     # train every scheme (seed-major, resumable: re-run the same command), each run's long sets decoded after it
     python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2
     # the table, BLEU against source length (PNG) and the paired bootstrap against absolute sinusoidal positions
+    # (--baseline "Shaw k=64": against another scheme)
     python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --report \\
         --plot docs/img/positions_bleu_by_length.png --bootstrap --speed-json results/study_speed.json
     # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
@@ -31,6 +32,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="print the table of finished runs; train nothing")
     parser.add_argument("--plot", help="with --report: write BLEU against source length per scheme to this PNG")
     parser.add_argument("--bootstrap", action="store_true", help="with --report: paired bootstrap vs the baseline")
+    parser.add_argument("--baseline", default="absolute sinusoidal",
+                        help="with --bootstrap: the scheme each row is compared with (a row label of the table)")
     parser.add_argument("--data-dir", help="with --bootstrap: the prepared data of the runs (default: data.output_dir "
                         "of their config.yaml, relative to where the study ran)")
     parser.add_argument("--speed-json", help="with --report: the tok/s column from `benchmarks/bench_train.py --study "
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.plot:
                 print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
             if args.bootstrap:
-                print(render_bootstrap(sweep, data_dir=args.data_dir))
+                print(render_bootstrap(sweep, data_dir=args.data_dir, baseline=args.baseline))
             return 0
 
         failed: list[str] = []

@@ -297,8 +297,9 @@ def plot_study(sweep: Any, out_path: str | Path, split: str = "test") -> Path:
 
 
 def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (1, 4),
-                     data_dir: str | Path | None = None) -> str:
-    """Markdown: each scheme minus the baseline of the same seed, per set, with the paired bootstrap p-value.
+                     data_dir: str | Path | None = None, baseline: str = BASELINE) -> str:
+    """Markdown: each scheme minus the ``baseline`` scheme of the same seed, per set, with the paired bootstrap
+    p-value.
 
     The references come from ``data_dir``, by default the prepared data named by the baseline run's config."""
     from rpr_mt.data.prepare import reference_files
@@ -307,9 +308,12 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
     from rpr_mt.experiments.significance import paired_bootstrap
 
     rows = _scheme_rows(sweep)
-    base = {sweep.entries[r]["seed"]: r for r in dict(rows).get(BASELINE, [])}
+    labels = [label for label, _ in rows]
+    if baseline not in labels:
+        raise UserError(f"--baseline {baseline!r} is not a scheme of this study (one of: {', '.join(labels)})")
+    base = {sweep.entries[r]["seed"]: r for r in dict(rows)[baseline]}
     if not base:
-        raise UserError(f"no finished '{BASELINE}' run to compare with")
+        raise UserError(f"no finished '{baseline}' run to compare with")
     if data_dir is None:
         data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
     src_path, ref_path = reference_files(data_dir, split)
@@ -317,7 +321,7 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
     lines = [f"| scheme | " + " | ".join(f"Δ {split} x{f} BLEU (p per seed)" for f in factors) + " |",
              "|---|" + "---|" * len(factors)]
     for label, runs in rows:
-        if label == BASELINE or not runs:  # no finished run yet: no row
+        if label == baseline or not runs:  # no finished run yet: no row
             continue
         cells = []
         for factor in factors:

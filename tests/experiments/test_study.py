@@ -161,6 +161,14 @@ def test_bootstrap_rows_are_the_runs_differences(study_root, tmp_path):
         for cell, name in zip(rows[label], ("test.x1", "test.x4")):
             delta = long[run][name]["bleu"] - long["positions=absolute/seed1"][name]["bleu"]
             assert cell.startswith(f"{delta:+.2f} (p="), (label, name, cell)
+    # --baseline: another scheme as the reference (Shaw k=4 against k=64 tests clipping directly)
+    table = render_bootstrap(load_sweep(runs_root), baseline="Shaw k=4")
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert set(rows) == {"absolute sinusoidal", "ALiBi"}
+    delta = long["positions=alibi/seed1"]["test.x4"]["bleu"] - long["base/seed1"]["test.x4"]["bleu"]
+    assert rows["ALiBi"][1].startswith(f"{delta:+.2f} (p=")
+    with pytest.raises(UserError, match="'Shaw k=5' is not a scheme of this study"):
+        render_bootstrap(load_sweep(runs_root), baseline="Shaw k=5")
     # --data-dir (the runs' data.output_dir is relative to where the study ran) is where the references are read
     with pytest.raises(UserError, match="nowhere"):
         render_bootstrap(load_sweep(runs_root), data_dir=tmp_path / "nowhere")
