@@ -40,7 +40,8 @@ def main(argv: list[str] | None = None) -> int:
                         "CONFIG --json FILE` (a quiet measurement) instead of the runs' own rates")
     args = parser.parse_args(argv)
     try:
-        from rpr_mt.experiments.study import evaluate_long, plot_study, render_bootstrap, render_study_table
+        from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
+                                              render_study_table)
         from rpr_mt.experiments.sweep import run_sweep
         from rpr_mt.experiments.tables import load_sweep
 
@@ -53,6 +54,7 @@ def main(argv: list[str] | None = None) -> int:
                 except (OSError, ValueError, KeyError) as exc:
                     raise UserError(f"--speed-json {args.speed_json}: cannot read the benchmark's cells ({exc})") from None
             print(render_study_table(sweep, speeds))
+            print(render_bucket_table(sweep))
             if args.plot:
                 print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
             if args.bootstrap:

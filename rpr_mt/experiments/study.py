@@ -271,6 +271,20 @@ def bucket_table(sweep: Any, split: str = "test") -> tuple[list[str], list[tuple
     return labels, rows
 
 
+def render_bucket_table(sweep: Any, split: str = "test") -> str:
+    """Markdown: the numbers behind the plot, BLEU per source-length bucket (mean over seeds) per scheme."""
+    labels, rows = bucket_table(sweep, split)
+    kept = [i for i in range(len(labels)) if any(means[i] is not None for _, means in rows)]  # no empty columns
+    labels, rows = [labels[i] for i in kept], [(label, [means[i] for i in kept]) for label, means in rows]
+    if not rows:
+        return ""
+    lines = ["| scheme | " + " | ".join(f"{split} {label}" for label in labels) + " |",
+             "|---|" + "---:|" * len(labels)]
+    for label, means in rows:
+        lines.append(f"| {label} | " + " | ".join("-" if m is None else f"{m:.2f}" for m in means) + " |")
+    return "\n".join(lines) + "\n"
+
+
 def plot_study(sweep: Any, out_path: str | Path, split: str = "test") -> Path:
     """BLEU against source length (buckets over the original and joined sets) per scheme, as a PNG."""
     from rpr_mt.experiments.tables import pyplot
@@ -318,7 +332,7 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
         data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
     src_path, ref_path = reference_files(data_dir, split)
     sets = long_sets(read_lines(src_path), read_lines(ref_path), factors)
-    lines = [f"| scheme | " + " | ".join(f"Δ {split} x{f} BLEU (p per seed)" for f in factors) + " |",
+    lines = ["| scheme | " + " | ".join(f"Δ {split} x{f} BLEU (p per seed)" for f in factors) + " |",
              "|---|" + "---|" * len(factors)]
     for label, runs in rows:
         if label == baseline or not runs:  # no finished run yet: no row

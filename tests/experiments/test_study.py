@@ -12,7 +12,8 @@ from rpr_mt.config import config_from_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.study import evaluate_long, join_consecutive, long_sets, render_study_table, write_long_sets
+from rpr_mt.experiments.study import (evaluate_long, join_consecutive, long_sets, render_bucket_table,
+                                      render_study_table, write_long_sets)
 from rpr_mt.experiments.sweep import plan_runs, run_config, run_sweep
 from rpr_mt.experiments.tables import load_sweep
 from tests.scripts import load_script
@@ -145,6 +146,15 @@ def test_table_numbers_are_the_runs_own(study_root):
     measured = {line.split(" | ")[0].lstrip("| "): line.split(" | ")
                 for line in render_study_table(sweep, speeds).splitlines()[2:]}
     assert measured["ALiBi"][8] == "1.042 (1.010-1.070)" and measured["Shaw k=4"][8] == ""
+
+    # the numbers behind the plot: each run's BLEU per source-length bucket (one seed: its own), empty columns dropped
+    lines = render_bucket_table(sweep).splitlines()
+    buckets = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[1:] for line in lines[2:]}
+    per_run = [json.loads((runs_root / r / "long_results.json").read_text())["buckets"]["test"] for r in RUNS]
+    kept = [i for i in range(len(per_run[0])) if any(run[i]["bleu"] is not None for run in per_run)]
+    shaw = per_run[RUNS.index("base/seed1")]
+    assert lines[0] == "| scheme | " + " | ".join(f"test {shaw[i]['bucket']}" for i in kept) + " |"
+    assert buckets["Shaw k=4"] == ["-" if shaw[i]["bleu"] is None else f"{shaw[i]['bleu']:.2f}" for i in kept]
 
 
 def test_bootstrap_rows_are_the_runs_differences(study_root, tmp_path):
