@@ -6,7 +6,7 @@
     # the table, BLEU against source length (PNG) and the paired bootstrap against absolute sinusoidal positions
     # (--baseline "Shaw k=64": against another scheme)
     python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --report \\
-        --plot docs/img/positions_bleu_by_length.png --bootstrap --speed-json results/study_speed.json
+        --plot docs/img/positions_bleu_by_length.png --bootstrap --lengths --speed-json results/study_speed.json
     # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
     python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
 """
@@ -32,16 +32,18 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--report", action="store_true", help="print the table of finished runs; train nothing")
     parser.add_argument("--plot", help="with --report: write BLEU against source length per scheme to this PNG")
     parser.add_argument("--bootstrap", action="store_true", help="with --report: paired bootstrap vs the baseline")
+    parser.add_argument("--lengths", action="store_true",
+                        help="with --report: the x4 hypotheses' lengths in pieces against the training cap")
     parser.add_argument("--baseline", default="absolute sinusoidal",
                         help="with --bootstrap: the scheme each row is compared with (a row label of the table)")
-    parser.add_argument("--data-dir", help="with --bootstrap: the prepared data of the runs (default: data.output_dir "
+    parser.add_argument("--data-dir", help="with --bootstrap or --lengths: the prepared data of the runs (default: data.output_dir "
                         "of their config.yaml, relative to where the study ran)")
     parser.add_argument("--speed-json", help="with --report: the tok/s column from `benchmarks/bench_train.py --study "
                         "CONFIG --json FILE` (a quiet measurement) instead of the runs' own rates")
     args = parser.parse_args(argv)
     try:
         from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
-                                              render_study_table)
+                                              render_output_lengths, render_study_table)
         from rpr_mt.experiments.sweep import run_sweep
         from rpr_mt.experiments.tables import load_sweep
 
@@ -59,6 +61,8 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
             if args.bootstrap:
                 print(render_bootstrap(sweep, data_dir=args.data_dir, baseline=args.baseline))
+            if args.lengths:
+                print(render_output_lengths(sweep, data_dir=args.data_dir))
             return 0
 
         failed: list[str] = []

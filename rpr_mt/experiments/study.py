@@ -355,6 +355,60 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
     return "\n".join(lines) + "\n"
 
 
+def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
+                          data_dir: str | Path | None = None) -> str:
+    """Markdown: per scheme, the length of its hypotheses for the x``factor`` set in SentencePiece pieces (median and
+    mean over hypotheses, averaged over seeds) and the share longer than the training cap (data.max_train_tokens),
+    against the references'. Outputs no longer than the training targets, whatever the input, are a model that
+    learned output length rather than to translate what it is given."""
+    import statistics
+
+    from rpr_mt.config import load_config
+    import numpy as np
+
+    from rpr_mt.data.binarize import load_split
+    from rpr_mt.data.prepare import reference_files
+    from rpr_mt.data.vocab import Vocab
+    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.experiments.outputs import _run_data_dir
+    from rpr_mt.train.batching import usable_examples
+
+    rows = [(label, runs) for label, runs in _scheme_rows(sweep) if runs]
+    if not rows:
+        raise UserError(f"no finished run under {sweep.root}")
+    first = sweep.root / rows[0][1][0]
+    data_dir = Path(data_dir) if data_dir is not None else _run_data_dir(first)
+    config = load_config(first / "config.yaml")
+    cap = config.data.max_train_tokens
+    vocab = Vocab.load(data_dir)
+    _, ref_path = reference_files(data_dir, split)
+    references = long_sets(read_lines(ref_path), read_lines(ref_path), (factor,))[factor][1]
+    name = f"{split}.x{factor}"
+    train = load_split(data_dir, "train")
+    kept = usable_examples(train, config.model.max_positions, cap)
+    trained = [int(n) for n in np.asarray(train.tgt_lengths)[kept]]
+
+    def stats(lines: list[str] | None = None, pieces: list[int] | None = None) -> tuple[float, float, float | None]:
+        pieces = pieces if pieces is not None else [len(ids) for ids in vocab.encode_batch(lines)]
+        over = None if cap is None else sum(n > cap for n in pieces) / len(pieces)
+        return statistics.median(pieces), statistics.fmean(pieces), over
+
+    def cells(values: list[tuple[float, float, float | None]]) -> str:
+        median, mean = (statistics.fmean(v[i] for v in values) for i in (0, 1))
+        overs = [v[2] for v in values if v[2] is not None]
+        return f"{median:.1f} | {mean:.1f} | " + (f"{100 * statistics.fmean(overs):.0f}%" if overs else "-")
+
+    cap_text = f"> {cap} pieces (the training cap)" if cap is not None else "over the cap (none set)"
+    lines = [f"| {name} | seeds | pieces, median | pieces, mean | {cap_text} |", "|---|---|---:|---:|---:|",
+             f"| training targets the models saw | - | {cells([stats(pieces=trained)])} |",
+             f"| references | - | {cells([stats(references)])} |"]
+    for label, runs in rows:
+        found = [h for h in (_hypotheses(sweep.root / run, name) for run in runs) if h is not None]
+        if found:
+            lines.append(f"| {label} | {len(found)} | {cells([stats(h) for h in found])} |")
+    return "\n".join(lines) + "\n"
+
+
 def _hypotheses(run_dir: Path, name: str) -> list[str] | None:
     from rpr_mt.decode.translate import read_lines
 

@@ -253,3 +253,33 @@ def test_report_refuses_an_unreadable_speed_file(study_root, tmp_path, capsys):
     (tmp_path / "speed.json").write_text("{}")
     assert _script().main([str(config), "--root", str(runs_root), "--report", "--speed-json", str(tmp_path / "speed.json")]) == 2
     assert "--speed-json" in capsys.readouterr().err
+
+
+def test_output_lengths_are_the_hypotheses_own(study_root):
+    """The x4 length table: pieces of each run's own hypotheses, of the references and of the capped training
+    targets, against the cap (12 pieces in the demo study)."""
+    import statistics
+
+    from rpr_mt.data.binarize import load_split
+    from rpr_mt.data.vocab import Vocab
+    from rpr_mt.experiments.study import render_output_lengths
+    from rpr_mt.train.batching import usable_examples
+
+    config, runs_root = study_root
+    for cfg in configs(config, runs_root).values():
+        evaluate_long(cfg, log=lambda _: None)
+    cfg = load_config(config)
+    table = render_output_lengths(load_sweep(runs_root))
+    rows = {line.split(" | ")[0].lstrip("| "): line.rstrip(" |").split(" | ")[1:] for line in table.splitlines()[2:]}
+    assert table.splitlines()[0].endswith("| > 12 pieces (the training cap) |")
+    vocab = Vocab.load(cfg.data.output_dir)
+    pieces = [len(vocab.encode(line)) for line in read_lines(runs_root / "base/seed1/long/test.x4.hyp")]
+    over = sum(n > 12 for n in pieces) / len(pieces)
+    assert rows["Shaw k=4"] == ["1", f"{statistics.median(pieces):.1f}", f"{statistics.fmean(pieces):.1f}",
+                                f"{100 * over:.0f}%"]
+    train = load_split(cfg.data.output_dir, "train")
+    seen = [train.tgt_lengths[i] for i in usable_examples(train, cfg.model.max_positions, 12)]
+    assert rows["training targets the models saw"][1:] == [f"{statistics.median(seen):.1f}",
+                                                           f"{statistics.fmean(seen):.1f}", "0%"]
+    refs = long_sets(*(read_lines(p) for p in reference_files(cfg.data.output_dir, "test")), (4,))[4][1]
+    assert rows["references"][1] == f"{statistics.median(len(vocab.encode(r)) for r in refs):.1f}"
