@@ -19,6 +19,7 @@ import sys
 from pathlib import Path
 
 from rpr_mt.errors import UserError
+from rpr_mt.experiments.study import BASELINE
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -34,7 +35,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--bootstrap", action="store_true", help="with --report: paired bootstrap vs the baseline")
     parser.add_argument("--lengths", action="store_true",
                         help="with --report: the x4 hypotheses' lengths in pieces against the training cap")
-    parser.add_argument("--baseline", default="absolute sinusoidal",
+    parser.add_argument("--baseline", default=BASELINE,
                         help="with --bootstrap: the scheme each row is compared with (a row label of the table)")
     parser.add_argument("--data-dir", help="with --bootstrap or --lengths: the prepared data of the runs (default: data.output_dir "
                         "of their config.yaml, relative to where the study ran)")

@@ -20,7 +20,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("runs", nargs="+", help="run directories (or checkpoint files)")
     parser.add_argument("--which", default="last", choices=["last", "best", "average"],
-                        help="checkpoint to compare (default last: an average need not round back to equal rows)")
+                        help="checkpoint to compare (default: last)")
     args = parser.parse_args(argv)
     try:
         from rpr_mt.experiments.untrained import render_untrained, untrained_positions

@@ -332,7 +332,7 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
         data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
     src_path, ref_path = reference_files(data_dir, split)
     sets = long_sets(read_lines(src_path), read_lines(ref_path), factors)
-    lines = ["| scheme | " + " | ".join(f"Δ {split} x{f} BLEU (p per seed)" for f in factors) + " |",
+    lines = ["| scheme | " + " | ".join(f"Δ {split} x{f} BLEU vs {baseline} (p per seed)" for f in factors) + " |",
              "|---|" + "---|" * len(factors)]
     for label, runs in rows:
         if label == baseline or not runs:  # no finished run yet: no row

@@ -2,10 +2,10 @@
 
 A learned position table has a row per absolute position (``absolute_kind: learned``), per clipped distance (Shaw)
 or per distance bucket (T5). A row receives a gradient only if some training input reached it, so a model trained on
-inputs of at most n pieces keeps every row past them at its initial value (under Adam without weight decay, as
-the study trains, a row without gradient does not move at all; weight decay would shrink it, and then this module
-finds nothing), and on a longer input it meets those rows untrained. Shaw's clipping at
-k <= n is what rules this out: every distance beyond k shares the row of k.
+inputs of at most n pieces keeps every row past them at its initial value (Adam does not move a parameter whose
+gradient has always been zero, and AdamW's decay leaves position tables out: ``train.optimizer.decays``), and on a
+longer input it meets those rows untrained. Shaw's clipping at k <= n is what rules this out: every distance beyond
+k shares the row of k.
 
 ``untrained_positions`` rebuilds a run's initial model (``initial_model``: same config, same seed) and lists, per
 table, the positions or distances whose row is bit-identical in the trained checkpoint. Parameter-free schemes
@@ -17,9 +17,12 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 import torch
 from torch import Tensor, nn
+
+from rpr_mt.errors import UserError
 
 __all__ = ["UntrainedRows", "untrained_positions", "untrained_rows", "render_untrained", "spans"]
 
@@ -29,71 +32,101 @@ class UntrainedRows:
     """One position table of a model and the keys (positions, or key - query distances) met only in unchanged rows."""
 
     parameter: str  # state-dict name
+    table: str  # its short name: rel_k, rel_v, learned, table, encoder_table, decoder_table
     stack: str  # "encoder", "decoder" or "both" (absolute positions: one table for both embeddings)
     key: str  # "position" or "distance"
     untrained: tuple[int, ...]  # sorted; the decoder's distances stop at 0 (its causal mask hides the others)
 
 
-def _tables(model: nn.Module) -> list[tuple[str, str, str, Tensor, Tensor, int]]:
-    """(parameter name, stack, key kind, keys, row of each key, row axis) for each learned position table of
-    ``model``; the keys are every position, or every distance between two positions, below model.max_positions."""
+class _Table(NamedTuple):
+    parameter: str
+    stack: str
+    key: str
+    keys: Tensor  # every position, or every key - query distance, below model.max_positions
+    rows: Tensor  # the row of each key
+    axis: int  # the row axis of the parameter
+    unreachable: Tensor  # rows no input can reach: if the rebuilt start is right, they are unchanged
+
+
+def _tables(model: nn.Module) -> list[_Table]:
+    """The learned position tables of ``model``."""
     from rpr_mt.model.positions.absolute import AbsoluteEncoding
     from rpr_mt.model.positions.shaw import ShawTables
     from rpr_mt.model.positions.t5 import T5Bias, T5Positions, t5_relative_bucket
 
     length = model.max_positions
-    both = torch.arange(-(length - 1), length)  # key - query, every pair of positions < max_positions
-    look_back = torch.arange(-(length - 1), 1)
+    distances = {"encoder": torch.arange(-(length - 1), length), "decoder": torch.arange(-(length - 1), 1)}
+    none = torch.zeros(0, dtype=torch.long)
+
+    def t5(parameter: str, stack: str, num_buckets: int, max_distance: int) -> _Table:
+        rows = t5_relative_bucket(distances[stack], stack == "encoder", num_buckets, max_distance)
+        # two-sided buckets: the first of the right half would be distance +0, which is in the left half
+        unreachable = torch.tensor([num_buckets // 2]) if stack == "encoder" else none
+        return _Table(parameter, stack, "distance", distances[stack], rows, 0, unreachable)
+
     tables = []
     for name, module in model.named_modules():
         stack = "encoder" if name.startswith("encoder") else "decoder"
-        distances = both if stack == "encoder" else look_back
         if isinstance(module, AbsoluteEncoding) and module.learned is not None:
             positions = torch.arange(length)
-            tables.append((f"{name}.learned.weight", "both", "position", positions, positions, 0))
+            tables.append(_Table(f"{name}.learned.weight", "both", "position", positions, positions, 0, none))
         elif isinstance(module, ShawTables):
+            k = module.clip
+            rows = distances[stack].clamp(-k, k) + k
+            # the decoder's rows of distances 1 .. k-1 are masked out everywhere (row 2k, distances >= k, is left
+            # out: the fused kernel gives it the row total's rounding error)
+            unreachable = torch.arange(k + 1, 2 * k) if stack == "decoder" else none
             for leaf in ("rel_k", "rel_v"):
                 table = getattr(module, leaf)
                 if table is not None:
-                    rows = distances.clamp(-module.clip, module.clip) + module.clip
-                    tables.append((f"{name}.{leaf}", stack, "distance", distances, rows, table.dim() - 2))
+                    tables.append(_Table(f"{name}.{leaf}", stack, "distance", distances[stack], rows,
+                                         table.dim() - 2, unreachable))
         elif isinstance(module, T5Bias) and module.table is not None:  # per-layer tables
-            rows = t5_relative_bucket(distances, module.bidirectional, module.num_buckets, module.max_distance)
-            tables.append((f"{name}.table.weight", stack, "distance", distances, rows, 0))
+            tables.append(t5(f"{name}.table.weight", stack, module.num_buckets, module.max_distance))
         elif isinstance(module, T5Positions):  # one table per stack
             for stack_name, table in (("encoder", module.encoder_table), ("decoder", module.decoder_table)):
                 if table is not None:
                     s = module.settings
-                    keys = both if stack_name == "encoder" else look_back
-                    rows = t5_relative_bucket(keys, stack_name == "encoder", s.num_buckets, s.max_distance)
-                    tables.append((f"{name}.{stack_name}_table.weight", stack_name, "distance", keys, rows, 0))
+                    tables.append(t5(f"{name}.{stack_name}_table.weight", stack_name, s.num_buckets, s.max_distance))
     return tables
 
 
 def untrained_rows(trained: nn.Module, initial: nn.Module) -> list[UntrainedRows]:
     """Each learned position table of ``trained`` with the keys whose row equals the one in ``initial`` bit for bit
-    (in every head)."""
+    (in every head).
+
+    Rows that no input can reach (the decoder's future distances in Shaw tables, the unused bucket of two-sided T5
+    tables) must be unchanged; if one is not, ``initial`` is not where ``trained`` started, and every row would
+    look trained, so this raises. A model without such rows (learned absolute positions alone) cannot be checked."""
     before = dict(initial.named_parameters())
     after = dict(trained.named_parameters())
     found = []
-    for name, stack, key, keys, rows, axis in _tables(trained):
-        if name not in after or name not in before:
-            raise KeyError(f"{name} is not a parameter of both models")
-        same = after[name].detach().cpu() == before[name].detach().cpu()
-        same = same.movedim(axis, 0).flatten(1).all(dim=1)  # [rows]: unchanged in every head and component
-        untrained = tuple(keys[same[rows]].tolist())
-        found.append(UntrainedRows(name, stack, key, untrained))
+    for t in _tables(trained):
+        if t.parameter not in before:
+            raise UserError(f"{t.parameter} is not a parameter of the rebuilt initial model")
+        same = after[t.parameter].detach().cpu() == before[t.parameter].detach().cpu()
+        same = same.movedim(t.axis, 0).flatten(1).all(dim=1)  # [rows]: unchanged in every head and component
+        if not bool(same[t.unreachable].all()):
+            raise UserError(f"the rebuilt initial model is not where this run started: rows of {t.parameter} that "
+                            "no input reaches have changed (trained with other code, or from a checkpoint?)")
+        short = t.parameter.rsplit(".", 2)[-2] if t.parameter.endswith(".weight") else t.parameter.rsplit(".", 1)[-1]
+        found.append(UntrainedRows(t.parameter, short, t.stack, t.key, tuple(t.keys[same[t.rows]].tolist())))
     return found
 
 
 def untrained_positions(run_dir: str | Path, which: str = "last") -> list[UntrainedRows]:
-    """The learned position tables of the run in ``run_dir`` (its ``which`` checkpoint: the last by default, since
-    an average of equal values need not round back to them) against its initial model."""
+    """The learned position tables of the run in ``run_dir`` (its ``which`` checkpoint) against its initial model,
+    rebuilt with ``initial_model`` (torch's global generator is left as it was)."""
     from rpr_mt.train.checkpoint import load_for_inference
     from rpr_mt.train.trainer import initial_model
 
-    model, config, vocab, _ = load_for_inference(run_dir, which)
-    return untrained_rows(model, initial_model(config, vocab))
+    model, config, vocab, path = load_for_inference(run_dir, which)
+    if config.train.init_from is not None:
+        raise UserError(f"{path} was trained from train.init_from={config.train.init_from}, not from a seeded "
+                        "start: its initial model cannot be rebuilt")
+    with torch.random.fork_rng(devices=[]):
+        initial = initial_model(config, vocab)
+    return untrained_rows(model, initial)
 
 
 def spans(values: tuple[int, ...] | list[int]) -> str:
@@ -116,11 +149,11 @@ def render_untrained(runs: dict[str, list[UntrainedRows]]) -> str:
     for run, tables in runs.items():
         groups: dict[tuple[str, str, tuple[int, ...]], list[str]] = {}
         for t in tables:
-            groups.setdefault((t.stack, t.key, t.untrained), []).append(t.parameter)
+            groups.setdefault((t.stack, t.key, t.untrained), []).append(t.table)
         if not groups:
             lines.append(f"| {run} | no learned position table | - |")
         for (stack, key, untrained), names in groups.items():
-            leaves = sorted({n.rsplit(".", 1)[-1] if "rel_" in n else n.split(".")[-2] for n in names})
+            leaves = sorted(set(names))
             lines.append(f"| {run} | {stack}: {', '.join(leaves)} ({len(names)} table{'s' * (len(names) > 1)}) "
                          f"| {key}s {spans(untrained)} |")
     return "\n".join(lines) + "\n"

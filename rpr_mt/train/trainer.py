@@ -571,7 +571,8 @@ def train(
 
 def initial_model(cfg: Config, vocab: Vocab) -> Seq2Seq:
     """The model as training starts it, seeded by train.seed: a finished run's starting point can be rebuilt and
-    compared with its checkpoints (``rpr_mt.experiments.untrained``)."""
+    compared with its checkpoints (``rpr_mt.experiments.untrained``). It seeds torch's global generator, whose
+    stream the run's dropout then continues."""
     torch.manual_seed(cfg.train.seed)
     return Seq2Seq(cfg.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
 

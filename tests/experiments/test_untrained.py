@@ -9,16 +9,17 @@ import pytest
 import torch
 
 from rpr_mt.config import config_from_dict
+from rpr_mt.errors import UserError
 from rpr_mt.experiments.untrained import render_untrained, spans, untrained_positions, untrained_rows
 from rpr_mt.model.transformer import Seq2Seq
 from tests.scripts import load_script
 
 L = 16  # model.max_positions: distances -15 .. 15
-SRC, TGT = 5, 4  # training lengths: source positions 0..4, decoder inputs 0..3
+SRC, TGT = 5, 5  # training lengths: source positions 0..4, decoder inputs 0..4
 
 
 def trained_on_short_inputs(model_keys: dict, steps: int = 3) -> tuple[Seq2Seq, Seq2Seq]:
-    """A tiny model before and after a few Adam steps on unpadded [2, 5] -> [2, 4] batches."""
+    """A tiny model before and after a few Adam steps on unpadded [2, SRC] -> [2, TGT] batches."""
     cfg = config_from_dict({"model": dict(d_model=16, n_heads=2, encoder_layers=2, decoder_layers=1, ff_dim=32,
                                           dropout=0.0, max_positions=L, **model_keys)}).model
     torch.manual_seed(0)
@@ -38,28 +39,30 @@ def trained_on_short_inputs(model_keys: dict, steps: int = 3) -> tuple[Seq2Seq, 
 
 
 FAR_ENCODER = (*range(-(L - 1), -SRC + 1), *range(SRC, L))  # |distance| >= 5: no source pair is that far apart
-FAR_DECODER = tuple(range(-(L - 1), -TGT + 1))  # looking back 4 or more
+FAR_DECODER = tuple(range(-(L - 1), -TGT + 1))  # looking back 5 or more
 
 
 @pytest.mark.parametrize("share", [False, True])
-def test_shaw_rows_past_the_training_length_stay_untrained(share):
-    model, initial = trained_on_short_inputs({"positions": "relative", "clip": 8, "share_across_heads": share})
+@pytest.mark.parametrize("clip", [SRC, 8])  # clip = SRC: rows +-k themselves untrained (an off-by-one would train them)
+def test_shaw_rows_past_the_training_length_stay_untrained(share, clip):
+    model, initial = trained_on_short_inputs({"positions": "relative", "clip": clip, "share_across_heads": share})
     found = untrained_rows(model, initial)
     assert len(found) == 2 * 3  # rel_k and rel_v of 2 encoder layers and 1 decoder layer
     for t in found:
-        assert t.key == "distance"
+        assert t.key == "distance" and t.table in ("rel_k", "rel_v")
         assert t.untrained == (FAR_ENCODER if t.stack == "encoder" else FAR_DECODER), t.parameter
 
 
 def test_clipping_below_the_training_length_leaves_no_row_untrained():
     model, initial = trained_on_short_inputs({"positions": "relative", "clip": 2})
-    assert all(t.untrained == () for t in untrained_rows(model, initial))
+    found = untrained_rows(model, initial)
+    assert len(found) == 6 and all(t.untrained == () for t in found)
 
 
 def test_learned_absolute_positions_past_the_training_length_stay_untrained():
     model, initial = trained_on_short_inputs({"positions": "absolute", "absolute_kind": "learned"})
     [table] = untrained_rows(model, initial)
-    assert (table.stack, table.key, table.untrained) == ("both", "position", tuple(range(SRC, L)))
+    assert (table.table, table.stack, table.key, table.untrained) == ("learned", "both", "position", tuple(range(5, L)))
     model, initial = trained_on_short_inputs({"positions": "absolute"})  # sinusoids: nothing learned
     assert untrained_rows(model, initial) == []
 
@@ -68,7 +71,8 @@ def test_learned_absolute_positions_past_the_training_length_stay_untrained():
 def test_t5_buckets_of_distances_past_the_training_length_stay_untrained(per_layer):
     # 16 buckets, max distance 10: the encoder's exact buckets hold distances 0..3 of each direction, then
     # log-spaced ones share 4 and 5 (so 5 is trained through 4), then 6, 7, ...; the decoder's 8 exact buckets
-    # hold looking back 0..7, so what a 4-token decoder input never reaches starts at -4
+    # hold looking back 0..7, so what a 5-token decoder input never reaches starts at -5 (two-sided buckets would
+    # share 4 and 5 there too, and start at -6)
     model, initial = trained_on_short_inputs({"positions": "t5", "t5": {"num_buckets": 16, "max_distance": 10,
                                                                         "per_layer": per_layer}})
     found = untrained_rows(model, initial)
@@ -87,12 +91,27 @@ def test_an_unchanged_model_is_untrained_everywhere_and_a_changed_row_is_seen():
     assert first.parameter.endswith("encoder_layers.0.self_attn.positions.rel_k") and 0 not in first.untrained
 
 
+@pytest.mark.parametrize("model_keys", [{"positions": "relative", "clip": 3},
+                                        {"positions": "t5", "t5": {"num_buckets": 16, "max_distance": 10}}])
+def test_a_start_that_is_not_the_runs_is_refused(model_keys):
+    """Against another initial model every row differs, which would read as 'all trained'; the rows no input can
+    reach (Shaw: the decoder's future distances; T5: the encoder's unused bucket +0) tell."""
+    model, _ = trained_on_short_inputs(model_keys)
+    torch.manual_seed(99)
+    other = Seq2Seq(model.cfg, 20)
+    if model_keys["positions"] == "t5":  # T5 tables start at zero whatever the seed: make the start differ
+        with torch.no_grad():
+            other.positions.encoder_table.weight.add_(0.5)
+    with pytest.raises(UserError, match="not where this run started"):
+        untrained_rows(model, other)
+
+
 def test_spans_and_the_rendered_table():
     assert spans((-3, -2, -1, 5, 7, 8)) == "-3..-1, 5, 7..8" and spans(()) == "none" and spans([4]) == "4"
     model, initial = trained_on_short_inputs({"positions": "relative", "clip": 8})
     text = render_untrained({"demo": untrained_rows(model, initial), "sinusoidal": []})
     assert "| demo | encoder: rel_k, rel_v (4 tables) | distances -15..-5, 5..15 |" in text
-    assert "| demo | decoder: rel_k, rel_v (2 tables) | distances -15..-4 |" in text
+    assert "| demo | decoder: rel_k, rel_v (2 tables) | distances -15..-5 |" in text
     assert "| sinusoidal | no learned position table | - |" in text
 
 
