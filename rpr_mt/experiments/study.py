@@ -254,7 +254,8 @@ def render_study_table(sweep: Any, speeds: dict[str, Any] | None = None) -> str:
 
 
 def bucket_table(sweep: Any, split: str = "test") -> tuple[list[str], list[tuple[str, list[float | None]]]]:
-    """(bucket labels, per scheme: mean BLEU over seeds per bucket) from the runs' long_results.json."""
+    """(bucket labels, per scheme: mean BLEU over seeds per bucket) from the runs' long_results.json; buckets no
+    run's inputs fall in are left out."""
     long = load_long_results(sweep.root, list(sweep.results))
     labels: list[str] = []
     rows = []
@@ -268,14 +269,13 @@ def bucket_table(sweep: Any, split: str = "test") -> tuple[list[str], list[tuple
             values = [seed[i]["bleu"] for seed in per_seed if seed[i]["bleu"] is not None]
             means.append(sum(values) / len(values) if values else None)
         rows.append((label, means))
-    return labels, rows
+    kept = [i for i in range(len(labels)) if any(means[i] is not None for _, means in rows)]  # no empty columns
+    return [labels[i] for i in kept], [(label, [means[i] for i in kept]) for label, means in rows]
 
 
 def render_bucket_table(sweep: Any, split: str = "test") -> str:
     """Markdown: the numbers behind the plot, BLEU per source-length bucket (mean over seeds) per scheme."""
     labels, rows = bucket_table(sweep, split)
-    kept = [i for i in range(len(labels)) if any(means[i] is not None for _, means in rows)]  # no empty columns
-    labels, rows = [labels[i] for i in kept], [(label, [means[i] for i in kept]) for label, means in rows]
     if not rows:
         return ""
     lines = ["| scheme | " + " | ".join(f"{split} {label}" for label in labels) + " |",
