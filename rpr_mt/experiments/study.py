@@ -363,9 +363,9 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
     learned output length rather than to translate what it is given."""
     import statistics
 
-    from rpr_mt.config import load_config
     import numpy as np
 
+    from rpr_mt.config import load_config
     from rpr_mt.data.binarize import load_split
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.data.vocab import Vocab
@@ -382,16 +382,18 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
     cap = config.data.max_train_tokens
     vocab = Vocab.load(data_dir)
     _, ref_path = reference_files(data_dir, split)
-    references = long_sets(read_lines(ref_path), read_lines(ref_path), (factor,))[factor][1]
+    references = join_consecutive(read_lines(ref_path), factor)
     name = f"{split}.x{factor}"
     train = load_split(data_dir, "train")
     kept = usable_examples(train, config.model.max_positions, cap)
     trained = [int(n) for n in np.asarray(train.tgt_lengths)[kept]]
 
-    def stats(lines: list[str] | None = None, pieces: list[int] | None = None) -> tuple[float, float, float | None]:
-        pieces = pieces if pieces is not None else [len(ids) for ids in vocab.encode_batch(lines)]
-        over = None if cap is None else sum(n > cap for n in pieces) / len(pieces)
-        return statistics.median(pieces), statistics.fmean(pieces), over
+    def pieces(lines: list[str]) -> list[int]:
+        return [len(ids) for ids in vocab.encode_batch(lines)]
+
+    def stats(lengths: list[int]) -> tuple[float, float, float | None]:
+        over = None if cap is None else sum(n > cap for n in lengths) / len(lengths)
+        return statistics.median(lengths), statistics.fmean(lengths), over
 
     def cells(values: list[tuple[float, float, float | None]]) -> str:
         median, mean = (statistics.fmean(v[i] for v in values) for i in (0, 1))
@@ -400,12 +402,12 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
 
     cap_text = f"> {cap} pieces (the training cap)" if cap is not None else "over the cap (none set)"
     lines = [f"| {name} | seeds | pieces, median | pieces, mean | {cap_text} |", "|---|---|---:|---:|---:|",
-             f"| training targets the models saw | - | {cells([stats(pieces=trained)])} |",
-             f"| references | - | {cells([stats(references)])} |"]
+             f"| training targets the models saw | - | {cells([stats(trained)])} |",
+             f"| references | - | {cells([stats(pieces(references))])} |"]
     for label, runs in rows:
         found = [h for h in (_hypotheses(sweep.root / run, name) for run in runs) if h is not None]
         if found:
-            lines.append(f"| {label} | {len(found)} | {cells([stats(h) for h in found])} |")
+            lines.append(f"| {label} | {len(found)} | {cells([stats(pieces(h)) for h in found])} |")
     return "\n".join(lines) + "\n"
 
 
