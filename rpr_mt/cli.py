@@ -199,11 +199,17 @@ def eval_bleu(
     length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
     min_length: Optional[int] = typer.Option(None, "--min-length", help="No eos before this many output tokens."),
     save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
+    pretokenized: bool = typer.Option(
+        False, "--pretokenized",
+        help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
+        "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device"),
 ) -> None:
-    """sacreBLEU (+ signature), chrF and the paper's tokenized BLEU with compound splitting."""
+    """sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k
+    literature's BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
     from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.config import is_pretokenized
     from rpr_mt.evaluate import format_scores, language_from_path, score
     from rpr_mt.languages import ISO_639_1
 
@@ -215,6 +221,7 @@ def eval_bleu(
         if save_hyp is not None:
             _check_output(str(save_hyp), "--save-hyp")
         model, cfg, vocab, _ = _load_model(checkpoint, which, device)
+        pretokenized = is_pretokenized(cfg.data)
         data_dir = Path(cfg.data.output_dir)
         src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
         if not src_path.is_file():
@@ -246,7 +253,7 @@ def eval_bleu(
         hypotheses = read_lines(str(hyp))
         hyp_name = str(hyp)
     references = read_lines(str(ref))
-    scores = score(hypotheses, references, lang=lang, hyp_name=hyp_name, ref_name=str(ref))
+    scores = score(hypotheses, references, lang=lang, pretokenized=pretokenized, hyp_name=hyp_name, ref_name=str(ref))
     typer.echo(format_scores(scores, as_json=as_json))
 
 

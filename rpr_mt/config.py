@@ -51,6 +51,9 @@ class DataConfig:
     output_dir: str = "data/demo"  # prepared data (SentencePiece model, id arrays, manifest) goes here
     splits: dict[str, SplitFiles] = field(default_factory=dict)  # source=files: train/dev/test files
     multi30k_dir: Optional[str] = None  # source=multi30k: local dir with {train,val,test_2016_flickr}.{lang}.gz
+    # source=multi30k: raw (cased, untokenized) or tok: the dataset's own lowercased, punctuation-normalized,
+    # Moses-tokenized files in multi30k_dir/tok/, which the Multi30k literature trains and scores on
+    multi30k_text: Literal["raw", "tok"] = "raw"
     demo_sizes: dict[str, int] = field(  # source=demo: pairs generated per split
         default_factory=lambda: {"train": 20000, "dev": 500, "test": 500}
     )
@@ -283,6 +286,15 @@ def validate_data(config: DataConfig) -> None:
         raise UserError(f"data.output_dir must name a directory of its own (got {config.output_dir!r})")
     if config.max_train_pairs is not None and config.max_train_pairs <= 0:
         raise UserError("data.max_train_pairs must be positive")
+    if config.multi30k_text == "tok" and (config.source != "multi30k" or config.multi30k_dir is None):
+        raise UserError("data.multi30k_text: tok reads multi30k_dir/tok/; it needs data.source: multi30k and "
+                        "data.multi30k_dir (the hub copy has no tokenized text)")
+
+
+def is_pretokenized(config: DataConfig) -> bool:
+    """Whether the text is already lowercased, punctuation-normalized and Moses-tokenized (Multi30k's tok/ files): its
+    translations are scored as they are, without the tokenization that raw text gets before BLEU."""
+    return config.source == "multi30k" and config.multi30k_text == "tok"
 
 
 _SECTION_NAMES = {DataConfig: "data", ModelConfig: "model", TrainConfig: "train", DecodeConfig: "decode"}

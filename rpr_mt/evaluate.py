@@ -21,7 +21,8 @@ from pathlib import Path
 from typing import Any, Optional
 
 from sacrebleu.metrics import BLEU, CHRF
-from sacremoses import MosesTokenizer
+import sacremoses
+from sacremoses import MosesPunctNormalizer, MosesTokenizer
 
 from rpr_mt.errors import UserError
 from rpr_mt.languages import ISO_639_1
@@ -35,6 +36,12 @@ TOK_BLEU_DESCRIPTION = (
     "(tensor2tensor get_ende_bleu.sh; sacrebleu tokenize=none, smooth=none)"
 )
 
+LC_TOK_BLEU_DESCRIPTION = (
+    "Multi30k literature BLEU: {prep}, then multi-bleu.perl (sacrebleu tokenize=none, smooth=none)"
+)
+LC_TOK_PREP = ("lowercase + normalize-punctuation.perl -l {lang} + tokenizer.perl -l {lang} "
+               f"(sacremoses {sacremoses.__version__}, as Multi30k's task1-tokenize.sh)")
+LC_TOK_PRETOKENIZED = "text already lowercased, normalized and tokenized (Multi30k tok/ files)"
 
 
 def language_from_path(path: str | Path) -> Optional[str]:
@@ -58,19 +65,31 @@ def tokenize_for_bleu(lines: list[str], lang: str) -> list[str]:
     return [split_compounds(tokenizer.tokenize(line, return_str=True, escape=True)) for line in lines]
 
 
+def lowercase_normalize_tokenize(lines: list[str], lang: str) -> list[str]:
+    """Multi30k's ``task1-tokenize.sh`` on raw text: lowercase, Moses punctuation normalization, Moses tokenization
+    (default escaping, as ``tokenizer.perl -l lang``)."""
+    normalizer, tokenizer = MosesPunctNormalizer(lang=lang), MosesTokenizer(lang=lang)
+    # The newline: Perl sees each line with its "\n", and normalize-punctuation's rule that moves a period in front of
+    # a closing quote (de, fr, ...) needs a character after the quote, which at the end of a line is that newline.
+    return [tokenizer.tokenize(normalizer.normalize(line.lower() + "\n").strip(), return_str=True, escape=True)
+            for line in lines]
+
+
 def score(
     hypotheses: list[str],
     references: list[str],
     *,
     lang: str,
+    pretokenized: bool = False,
     hyp_name: Optional[str] = None,
     ref_name: Optional[str] = None,
 ) -> dict[str, Any]:
-    """Score detokenized ``hypotheses`` against line-aligned ``references`` in target language ``lang``.
+    """Score ``hypotheses`` against line-aligned ``references`` in target language ``lang``: detokenized raw text,
+    or, with ``pretokenized``, text that is already Multi30k's lowercased, normalized, tokenized text (both sides).
 
     Returns ``{"sacrebleu", "sacrebleu_signature", "sacrebleu_detail", "chrf", "chrf_signature",
-    "tok_bleu_compound_split", "tok_bleu_description", "lines"}`` (scores on the 0-100 scale).
-    ``hyp_name``/``ref_name`` (e.g. file names) only appear in error messages.
+    "tok_bleu_compound_split", "tok_bleu_description", "lc_tok_bleu", "lc_tok_bleu_signature", "lines"}`` (scores
+    on the 0-100 scale). ``hyp_name``/``ref_name`` (e.g. file names) only appear in error messages.
     """
     hyp_name = hyp_name or "hypotheses"
     ref_name = ref_name or "references"
@@ -87,7 +106,15 @@ def score(
     chrf_result = chrf.corpus_score(hypotheses, [references])
     # force=True: the input is tokenized on purpose, so sacreBLEU's "looks tokenized" warning does not apply.
     tok_bleu = BLEU(tokenize="none", smooth_method="none", force=True)
-    tok_result = tok_bleu.corpus_score(tokenize_for_bleu(hypotheses, lang), [tokenize_for_bleu(references, lang)])
+    if pretokenized:  # already Moses-tokenized: only t2t's compound splitting is left to do
+        tok_hyp, tok_ref = ([split_compounds(line) for line in side] for side in (hypotheses, references))
+        lc_hyp, lc_ref = hypotheses, references
+    else:
+        tok_hyp, tok_ref = tokenize_for_bleu(hypotheses, lang), tokenize_for_bleu(references, lang)
+        lc_hyp, lc_ref = lowercase_normalize_tokenize(hypotheses, lang), lowercase_normalize_tokenize(references, lang)
+    tok_result = tok_bleu.corpus_score(tok_hyp, [tok_ref])
+    lc_result = tok_bleu.corpus_score(lc_hyp, [lc_ref])
+    prep = LC_TOK_PRETOKENIZED if pretokenized else LC_TOK_PREP.format(lang=lang)
     return {
         "sacrebleu": bleu_result.score,
         "sacrebleu_signature": str(bleu.get_signature()),
@@ -96,6 +123,9 @@ def score(
         "chrf_signature": str(chrf.get_signature()),
         "tok_bleu_compound_split": tok_result.score,
         "tok_bleu_description": TOK_BLEU_DESCRIPTION.format(lang=lang),
+        "lc_tok_bleu": lc_result.score,
+        "lc_tok_bleu_signature": f"{tok_bleu.get_signature()}|prep:{'pretokenized' if pretokenized else 'lc.norm.tok'}",
+        "lc_tok_bleu_description": LC_TOK_BLEU_DESCRIPTION.format(prep=prep),
         "lines": len(hypotheses),
     }
 
@@ -108,5 +138,7 @@ def format_scores(scores: dict[str, Any], as_json: bool = False) -> str:
         f"sacreBLEU                 {scores['sacrebleu']:6.2f}  {scores['sacrebleu_signature']}",
         f"chrF                      {scores['chrf']:6.2f}  {scores['chrf_signature']}",
         f"tok. BLEU, compound split {scores['tok_bleu_compound_split']:6.2f}  {scores['tok_bleu_description']}",
+        f"Multi30k lit. BLEU        {scores['lc_tok_bleu']:6.2f}  {scores['lc_tok_bleu_signature']}; "
+        f"{scores['lc_tok_bleu_description']}",
         f"({scores['lines']} lines; {scores['sacrebleu_detail']})",
     ])

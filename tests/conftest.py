@@ -10,7 +10,8 @@ import pytest
 
 # The shared data lives beside the checkout (../shared), wherever the checkout is (CI clones it afresh).
 MULTI30K_DEFAULT = Path(__file__).resolve().parents[1].parent / "shared" / "data" / "multi30k"
-MULTI30K_FILES = [f"{split}.{lang}.gz" for split in ("train", "val", "test_2016_flickr") for lang in ("en", "de", "fr")]
+MULTI30K_FILES = [f"{tok}{split}.{lang}.gz" for tok in ("", "tok/") for split in ("train", "val", "test_2016_flickr")
+                  for lang in ("en", "de", "fr")]  # raw, and the dataset's lowercased, normalized, tokenized text
 
 
 def multi30k_or_skip(env: Mapping[str, str], default: Path = MULTI30K_DEFAULT) -> Path:

@@ -71,6 +71,23 @@ def test_eval_bleu_of_identical_files_is_100(tmp_path):
     assert '"sacrebleu": 100.0' in result.output.replace("100.00000000000004", "100.0")
 
 
+def test_eval_bleu_reports_the_literature_bleu_raw_or_pretokenized(tmp_path):
+    """Raw text is lowercased, normalized and tokenized before the literature's BLEU; --pretokenized text is not."""
+    ref, hyp = tmp_path / "ref.de", tmp_path / "hyp.txt"
+    ref.write_text("Ein Hund läuft „schnell“.\n", encoding="utf-8")
+    hyp.write_text("ein Hund läuft \"schnell\" .\n", encoding="utf-8")
+    raw = json.loads(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json").output.strip().splitlines()[-1])
+    assert raw["lc_tok_bleu"] == pytest.approx(100.0) and raw["sacrebleu"] < 100
+    assert raw["lc_tok_bleu_signature"].endswith("|prep:lc.norm.tok")
+    ref.write_text("ein hund läuft &quot; schnell &quot; .\n", encoding="utf-8")
+    hyp.write_text("ein hund läuft &quot; schnell &quot; .\n", encoding="utf-8")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json", "--pretokenized")
+    scores = json.loads(result.output.strip().splitlines()[-1])
+    assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("|prep:pretokenized")
+    # without the flag, escaped text is escaped again ("&amp;quot;") on both sides: still 100 here, but labelled so
+    assert "Multi30k lit. BLEU" in run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)).output
+
+
 def test_average_of_identical_checkpoints_is_that_checkpoint(tmp_path):
     weights = {"a": torch.randn(3, 4), "b": torch.randn(5)}
     payload = {"format": ckpt.FORMAT, "step": 1, "config": {"model": {"d_model": 4}},

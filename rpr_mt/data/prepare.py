@@ -159,6 +159,8 @@ def relevant_config(config: DataConfig) -> dict[str, Any]:
         relevant["splits"] = {n: "tsv" if s.tsv is not None else "src+tgt" for n, s in config.splits.items()}
     if config.source == "multi30k":
         relevant["multi30k_dir"] = "local" if config.multi30k_dir is not None else "hub"
+        if config.multi30k_text != "raw":  # only when set, so that data prepared before the key stays up to date
+            relevant["multi30k_text"] = config.multi30k_text
     return json.loads(json.dumps(relevant, sort_keys=True))  # normalise as it reads back from JSON
 
 

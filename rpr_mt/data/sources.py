@@ -198,7 +198,7 @@ def local_inputs(config: DataConfig) -> dict[str, Path]:
                 files[f"{name}.tgt"] = Path(split.tgt)  # type: ignore[arg-type]
         return files
     if config.source == "multi30k" and config.multi30k_dir is not None:
-        root = Path(config.multi30k_dir)
+        root = Path(config.multi30k_dir) / ("tok" if config.multi30k_text == "tok" else "")
         files = {}
         for name, prefix in MULTI30K_FILES.items():
             for role, lang in (("src", config.src_lang), ("tgt", config.tgt_lang)):
@@ -378,6 +378,9 @@ def open_corpus(config: DataConfig, progress: bool = False) -> RawCorpus:
             root = Path(config.multi30k_dir)
             if not root.is_dir():
                 raise UserError(f"data.multi30k_dir not found: {root}")
+            if config.multi30k_text == "tok" and not (root / "tok").is_dir():
+                raise UserError(f"data.multi30k_text is tok, but {root} has no tok/ directory (the dataset's "
+                                "tokenized files {train,val,test_2016_flickr}.{lang}.gz)")
             return _file_splits(config, progress)
         if "fr" in (src, tgt):
             raise UserError(f"the hub dataset '{MULTI30K_HUB}' has only en and de (no fr); download the Multi30k "

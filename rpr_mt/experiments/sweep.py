@@ -30,7 +30,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable
 
-from rpr_mt.config import Config, config_to_dict, load_config
+from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config
 from rpr_mt.errors import UserError
 from rpr_mt.provenance import code_version
 
@@ -101,6 +101,7 @@ LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("train", "init_from"): (None, None),
     ("train", "reset_optimizer"): (True, True),
     ("decode", "min_length"): (1, 0),
+    ("data", "multi30k_text"): ("raw", "raw"),
 }
 
 # The decode settings that change what is decoded (nbest is 1 in sweeps; max_tokens only batches).
@@ -263,10 +264,12 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
         log(f"{run.directory}: decoding {split} ({which} checkpoint, beam {decode.beam_size})")
         hypotheses = translate_lines(model, vocab, read_lines(src_path), decode=decode, device=torch.device("cpu"))
         (run_dir / f"{split}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-        scores = score(hypotheses, read_lines(ref_path), lang=cfg.data.tgt_lang)
+        scores = score(hypotheses, read_lines(ref_path), lang=cfg.data.tgt_lang, pretokenized=is_pretokenized(cfg.data))
         record[f"{split}_bleu"] = scores["sacrebleu"]
         record[f"{split}_chrf"] = scores["chrf"]
+        record[f"{split}_lc_tok_bleu"] = scores["lc_tok_bleu"]
         record["signature"] = scores["sacrebleu_signature"]
+        record["lc_tok_signature"] = scores["lc_tok_bleu_signature"]
     _write_json(run_dir / "result.json", record)
     return record
 

@@ -11,7 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from rpr_mt.config import DataConfig
+from rpr_mt.config import DataConfig, validate_data
 from rpr_mt.data import sources
 from rpr_mt.errors import UserError
 from tests.data import write_lines
@@ -107,6 +107,32 @@ def test_multi30k_local_reader(multi30k_dir):
     assert all(isinstance(x, str) and x for x in first)
     assert corpus.inputs["kind"] == "files" and set(corpus.inputs["files"]) == {
         "train.src", "train.tgt", "dev.src", "dev.tgt", "test.src", "test.tgt"}
+
+
+def test_multi30k_tokenized_text(multi30k_dir):
+    """data.multi30k_text: tok reads the dataset's own tok/ files (the literature's text), line-aligned as the raw."""
+    config = DataConfig(source="multi30k", multi30k_dir=str(multi30k_dir), src_lang="en", tgt_lang="de",
+                        multi30k_text="tok")
+    corpus = sources.open_corpus(config)
+    assert [corpus.splits[s].total for s in corpus.splits] == [29000, 1014, 1000]
+    assert all(Path(f["path"]).parent.name == "tok" for f in corpus.inputs["files"].values())
+    with gzip.open(multi30k_dir / "tok" / "val.de.gz", "rt", encoding="utf-8") as f:
+        first_tok = f.readline().rstrip("\n")
+    src, tgt = next(iter(corpus.splits["dev"].open()))
+    assert tgt == first_tok and tgt == tgt.lower() and src == src.lower()
+    raw = DataConfig(source="multi30k", multi30k_dir=str(multi30k_dir), src_lang="en", tgt_lang="de")
+    assert next(iter(sources.open_corpus(raw).splits["dev"].open()))[1] != tgt
+
+
+def test_multi30k_tokenized_text_needs_the_local_files(tmp_path):
+    (tmp_path / "train.en.gz").touch()
+    config = DataConfig(source="multi30k", multi30k_dir=str(tmp_path), multi30k_text="tok")
+    with pytest.raises(UserError, match="has no tok/ directory"):
+        sources.open_corpus(config)
+    with pytest.raises(UserError, match="data.multi30k_text: tok .* needs data.source: multi30k and data.multi30k_dir"):
+        validate_data(DataConfig(source="multi30k", multi30k_text="tok"))
+    with pytest.raises(UserError, match="data.multi30k_text: tok"):
+        validate_data(DataConfig(source="demo", multi30k_text="tok"))
 
 
 def test_multi30k_rejects_unknown_language(multi30k_dir):
