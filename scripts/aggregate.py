@@ -39,6 +39,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the split's length quartiles)")
     parser.add_argument("--paired-bootstrap", choices=["dev", "test"],
                         help="add each cell's BLEU difference to the same seed's base run, with its p-value")
+    parser.add_argument("--metric", choices=["sacrebleu", "lit"], default="sacrebleu",
+                        help="the BLEU that --paired-bootstrap resamples: sacreBLEU, or the Multi30k literature's "
+                        "(lowercased, normalized, Moses-tokenized text)")
     parser.add_argument("--data-dir", help="prepared data of the runs (default: data.output_dir of their config.yaml)")
     args = parser.parse_args(argv)
     try:
@@ -53,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
                      "whose source has that many words (sentence count in the header), mean ± std over seeds.\n\n"
                      + table + "\n")
         if args.paired_bootstrap:
-            table = render_significance_table(sweep, args.paired_bootstrap, args.data_dir)
+            table = render_significance_table(sweep, args.paired_bootstrap, args.data_dir, metric=args.metric)
             text += (f"\n## Paired bootstrap against the base run ({args.paired_bootstrap})\n\nEach cell's "
                      f"{args.paired_bootstrap} BLEU minus that of the base run with the same seed (mean ± std over "
                      "seeds), and the two-sided p-value of sacreBLEU's paired bootstrap resampling for each seed (0.001 "

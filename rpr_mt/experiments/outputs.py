@@ -17,6 +17,7 @@ class SplitOutputs:
     sources: list[str]
     references: list[str]
     hypotheses: dict[str, list[str]]  # finished run directory -> its <split>.hyp lines
+    tgt_lang: str  # the references' language
 
 
 def _run_data_dir(run_dir: Path) -> Path:
@@ -57,7 +58,7 @@ def load_split_outputs(sweep: SweepResults, split: str, data_dir: str | Path | N
         hypotheses[run] = read_lines(hyp_path)
         if len(hypotheses[run]) != len(sources):
             raise UserError(f"{hyp_path} has {len(hypotheses[run])} lines, {src_path} has {len(sources)}")
-    return SplitOutputs(sources, references, hypotheses)
+    return SplitOutputs(sources, references, hypotheses, ref_path.suffix.lstrip("."))
 
 
 def cell_rows(sweep: SweepResults, runs: Collection[str]) -> dict[tuple[str, ...], list[str]]:

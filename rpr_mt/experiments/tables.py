@@ -108,14 +108,17 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
         if not rows:
             continue
         lines += [f"## {TITLES[table]}", ""]
-        lines.append(f"| {ROW_HEADER[table]} | seeds | dev BLEU | test BLEU | dev chrF | updates | train min | tgt tok/s "
-                     f"| {PAPER_COLUMN[table]} |")
-        lines.append("|---|---|---|---|---|---|---|---|---|")
+        lines.append(f"| {ROW_HEADER[table]} | seeds | dev BLEU | test BLEU | dev lit. BLEU | test lit. BLEU "
+                     f"| dev chrF | updates | train min | tgt tok/s | {PAPER_COLUMN[table]} |")
+        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
         for cell in rows:
             res = cell.results
+            lit = {split: [r[f"{split}_lc_tok_bleu"] for r in res if f"{split}_lc_tok_bleu" in r]
+                   for split in ("dev", "test")}  # runs scored before the literature BLEU have none
             lines.append(
                 f"| {cell.label} | {len(res)}/{len(cell.runs)} "
                 f"| {mean_std([r['dev_bleu'] for r in res])} | {mean_std([r['test_bleu'] for r in res])} "
+                f"| {mean_std(lit['dev'])} | {mean_std(lit['test'])} "
                 f"| {mean_std([r['dev_chrf'] for r in res], 1)} "
                 f"| {mean_std([r['updates'] for r in res], 0)} "
                 f"| {mean_std([r['train_seconds'] / 60 for r in res], 1)} "
@@ -125,6 +128,10 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
     signatures = sweep.signatures()
     if signatures:
         lines.append("sacreBLEU signature: " + "; ".join(f"`{s}`" for s in signatures))
+        lit_signatures = sorted({r["lc_tok_signature"] for r in sweep.results.values() if "lc_tok_signature" in r})
+        if lit_signatures:
+            lines.append("Literature BLEU (Multi30k: lowercased, punctuation-normalized, Moses-tokenized text, "
+                         "multi-bleu.perl) signature: " + "; ".join(f"`{s}`" for s in lit_signatures))
         decoding = sorted({(r["checkpoint"], r["beam_size"], r["length_penalty"]) for r in sweep.results.values()})
         lines.append("Decoding: " + "; ".join(f"{c} checkpoint, beam {b}, length penalty {a}" for c, b, a in decoding))
         lines.append("")

@@ -68,3 +68,32 @@ def test_signed_mean_of_deltas():
 
     assert _signed([0.5, 1.5]) == f"+1.00 ± {statistics.stdev([0.5, 1.5]):.2f}"
     assert _signed([-0.25]) == "-0.25" and _signed([]) == "–"
+
+
+def test_literature_bleu_bootstrap_resamples_lowercased_tokenized_text(tmp_path):
+    """--metric lit: raw runs' outputs go through the literature's lowercase + normalize + tokenize first; runs on
+    Multi30k's tokenized text are resampled as they are; runs scored before the metric existed are refused."""
+    from rpr_mt.evaluate import lowercase_normalize_tokenize
+    from rpr_mt.experiments.significance import _signed
+
+    data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    data["base/seed1"] = [line.upper() for line in data["base/seed1"]]  # the same words, if case does not count
+    (tmp_path / "sweep" / "base/seed1/dev.hyp").write_text("\n".join(data["base/seed1"]) + "\n")
+    results = sorted((tmp_path / "sweep").glob("*/seed*/result.json"))
+    with pytest.raises(UserError, match="lc_tok_signature"):
+        render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=50,
+                                  metric="lit")
+    for prep in ("lc.norm.tok", "pretokenized"):
+        for path in results:
+            record = json.loads(path.read_text())
+            path.write_text(json.dumps({**record, "lc_tok_signature": f"nrefs:1|tok:none|prep:{prep}"}))
+        table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data",
+                                          n_samples=200, metric="lit")
+        assert "literature BLEU (lc.norm.tok) vs base" in table.splitlines()[0]
+        base, system, refs = (data[k] for k in ("base/seed1", "positions=absolute/seed1", "references"))
+        if prep == "lc.norm.tok":
+            base, system, refs = (lowercase_normalize_tokenize(x, "de") for x in (base, system, refs))
+        delta, p = paired_bootstrap(base, system, refs, 200, "lit")
+        assert f"| absolute | 1 | {_signed([delta])} | {p:.3f} (seed 1) |" in table
+        # lowercased, the upper-case base run is perfect and absolute is behind it; as it is, base scores nothing
+        assert (delta < 0) == (prep == "lc.norm.tok")
