@@ -27,7 +27,6 @@ import datetime as _dt
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,8 +129,9 @@ def part_bench(work: Path, lengths: list[int]) -> dict:
 
 
 def torchrun() -> list[str]:
-    found = shutil.which("torchrun")
-    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    # torchrun through this interpreter: a `torchrun` found on PATH may belong to another Python (no torch, or
+    # another torch) when this one is an unactivated virtualenv's.
+    return [sys.executable, "-m", "torch.distributed.run"]
 
 
 def part_ddp(work: Path, gpus: int) -> dict:
