@@ -173,6 +173,7 @@ def translate(
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
 
+    _check_input(input, "--input")
     _check_output(output, "--output", inputs=[input, checkpoint])
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length)
@@ -209,6 +210,11 @@ def eval_bleu(
 
     if lang is not None and lang not in ISO_639_1:  # the tokenized BLEU's Moses rules fall back silently on unknown codes
         raise UserError(f"--lang must be a two-letter ISO 639-1 language code such as en, de or fr (got {lang!r})")
+    # Path problems first (exists, is a file, readable), naming conventions after: a --ref that is a directory is
+    # not a question of its suffix.
+    for path, option in ((hyp, "--hyp"), (ref, "--ref")):
+        if path is not None:
+            _check_input(str(path), option)
     if checkpoint is not None:
         if hyp is not None:
             raise UserError("give either --hyp/--ref or --checkpoint, not both")
@@ -222,7 +228,9 @@ def eval_bleu(
             if prepared:  # the data is there, the split is not: a prepare would not help
                 raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
             raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
-        ref = ref or default_ref
+        if ref is None:
+            ref = default_ref
+            _check_input(str(ref), "--ref (the split's reference)")
         if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
             _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
@@ -262,6 +270,13 @@ def average_checkpoints_command(
 
     if last < 1:
         raise UserError("--last must be >= 1")
+    # What the inputs are decides what else is needed (--output for files), so a missing input is said first.
+    for path in inputs:
+        if not path.exists():
+            raise UserError(f"{path} does not exist (give a run directory or checkpoint files)")
+    if len(inputs) > 1 and any(path.is_dir() for path in inputs):
+        directory = next(path for path in inputs if path.is_dir())
+        raise UserError(f"{directory} is a directory: give one run directory, or checkpoint files")
     if len(inputs) == 1 and inputs[0].is_dir():
         paths = ckpt.list_step_checkpoints(inputs[0])[-last:]
         if not paths:
@@ -362,6 +377,21 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, mi
     if decode.min_length < 0:
         raise UserError(f"--min-length must be >= 0 (got {decode.min_length})")
     return decode
+
+
+def _check_input(path: str, option: str) -> None:
+    """Before any work, in this order: an input file must exist, not be a directory (a pipe such as ``-i <(zcat
+    x.gz)`` is fine) and be readable (``-`` is stdin). The message names the option and the path, so a wrong path
+    is not reported as something else (a language the name does not tell, after a model took a minute to load)."""
+    if path == "-":
+        return
+    target = Path(path)
+    if not target.exists():
+        raise UserError(f"{option} {path}: file not found")
+    if target.is_dir():
+        raise UserError(f"{option} {path} is a directory; give a text file")
+    if not os.access(target, os.R_OK):
+        raise UserError(f"{option} {path}: not readable (permission denied)")
 
 
 def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
