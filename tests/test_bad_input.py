@@ -127,8 +127,10 @@ def setup(root: Path) -> dict[str, str]:
     }.items():
         (root / name).write_text(text, encoding="utf-8")
     for name, text in {"metrics_ok": b'{"step": 1, "loss": 2.0, "lr": 0.1}\n',
-                       "metrics_bad": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": \n',
-                       "metrics_utf8": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "\xff"}\n'}.items():
+                       # a bad line before the last is corruption (a cut-off last line is what a kill leaves)
+                       "metrics_bad": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": \n{"step": 3, "loss": 1.0}\n',
+                       "metrics_utf8": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "\xff"}\n'
+                                       b'{"step": 3, "loss": 1.0}\n'}.items():
         (root / name).mkdir()
         (root / name / "metrics.jsonl").write_bytes(text)
     return {}
