@@ -26,6 +26,7 @@ from typer.core import TyperCommand, TyperGroup  # noqa: E402
 import rpr_mt  # noqa: E402
 from rpr_mt.config import Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.progress import show_progress  # noqa: E402
 
 
 def _no_type_on_flags(params: list) -> list:
@@ -90,6 +91,8 @@ F = TypeVar("F", bound=Callable[..., object])
 
 ConfigOption = typer.Option(None, "--config", "-c", help="Experiment YAML (sections data, model, train, decode).")
 SetOption = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
+ProgressOption = typer.Option(
+    None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 
 
 def user_errors(fn: F) -> F:
@@ -122,12 +125,13 @@ def prepare(
     config: Optional[Path] = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     force: bool = typer.Option(False, "--force", help="Rebuild even if the prepared data is up to date."),
+    progress: Optional[bool] = ProgressOption,
 ) -> None:
     """Download or read parallel text, clean it, train SentencePiece and write token-id arrays."""
     from rpr_mt.data.prepare import prepare as prepare_data
 
     cfg = _config(config, set_)
-    prepare_data(cfg.data, force=force, progress=sys.stderr.isatty())
+    prepare_data(cfg.data, force=force, progress=show_progress(progress))
 
 
 @app.command(cls=_Command)
@@ -138,7 +142,8 @@ def train(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run of a different config in run_dir."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
     progress: Optional[bool] = typer.Option(
-        None, "--progress/--no-progress", help="tqdm bar with the time left (default: on a terminal)."),
+        None, "--progress/--no-progress",
+        help="Progress bar with the time left (default: only when stderr is a terminal; else plain log lines)."),
     more_steps: Optional[int] = typer.Option(
         None, "--more-steps", metavar="N",
         help="Continue the run's latest checkpoint for N more updates (max_steps becomes its update + N; "
@@ -148,7 +153,8 @@ def train(
     from rpr_mt.train.trainer import train as run_training
 
     cfg = _config(config, set_)
-    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps)
+    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
+                          more_steps=more_steps)
     if result.stopped_by == "signal":
         typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
         raise typer.Exit(130)
@@ -169,6 +175,7 @@ def translate(
         None, "--min-length", help="No eos before this many output tokens (default from config: 1; 0 allows an "
         "empty translation)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = ProgressOption,
 ) -> None:
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -180,7 +187,8 @@ def translate(
     lines = read_lines(input)
     if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
-    outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device), progress=input != "-")
+    outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device),
+                              progress=show_progress(progress))
     _write_lines(output, outputs)
 
 
@@ -202,6 +210,7 @@ def eval_bleu(
     save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device"),
+    progress: Optional[bool] = ProgressOption,
 ) -> None:
     """sacreBLEU (+ signature), chrF and the paper's tokenized BLEU with compound splitting."""
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -236,7 +245,8 @@ def eval_bleu(
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length)
         hypotheses = list(
-            translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device), progress=True)
+            translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
+                            progress=show_progress(progress))
         )
         if save_hyp is not None:
             _write_lines(str(save_hyp), hypotheses)

@@ -154,3 +154,22 @@ def test_plot_leaves_the_start_up_window_out_of_the_speed_panel(tmp_path, monkey
     plot_run(_killed_run(tmp_path / "run", cut_off=False), tmp_path / "curves.png")
     assert drawn["target tokens/s"] == [50, 100]  # not update 1's window, which includes start-up
     assert drawn["learning rate"] == [1, 50, 100]  # the other panels keep every window
+
+
+# -- progress bars: like train, only on a terminal unless --progress/--no-progress says -----------------------------
+
+
+@pytest.mark.parametrize("command", [
+    lambda run, src: ["translate", "--checkpoint", str(run), "--beam-size", "1", "-i", str(src), "-o", str(src) + ".out"],
+    lambda run, src: ["eval-bleu", "--checkpoint", str(run), "--beam-size", "1", "--split", "dev"],
+], ids=["translate", "eval-bleu"])
+def test_no_progress_bar_into_a_pipe_unless_asked(run_dir, tmp_path, command):
+    src = tmp_path / "src.en"
+    src.write_text("a bird\nthe old farmer\n", encoding="utf-8")
+    plain = runner.invoke(app, command(run_dir, src))  # CliRunner's stderr is not a terminal
+    assert plain.exit_code == 0, plain.output
+    assert "\r" not in plain.stderr and "sent/s" not in plain.stderr
+    forced = runner.invoke(app, [*command(run_dir, src), "--progress"])
+    assert forced.exit_code == 0, forced.output
+    assert "\r" in forced.stderr and "translate" in forced.stderr  # tqdm's frames, as on a terminal
+    assert "\r" not in runner.invoke(app, [*command(run_dir, src), "--no-progress"]).stderr
