@@ -81,6 +81,7 @@ class _Group(_Parsing, TyperGroup):
 
 app = typer.Typer(
     cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"]},  # the commands inherit it
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -89,8 +90,14 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., object])
 
-ConfigOption = typer.Option(None, "--config", "-c", help="Experiment YAML (sections data, model, train, decode).")
-SetOption = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
+ConfigOption = typer.Option(
+    None, "--config", "-c",
+    help="Experiment YAML (sections data, model, train, decode), e.g. configs/demo.yaml. Optional: without it every "
+         "setting has its default.")
+SetOption = typer.Option(
+    None, "--set", metavar="SECTION.KEY=VALUE",
+    help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
+         "fields of rpr_mt/config.py, each with a one-line comment (README: Configuration).")
 ProgressOption = typer.Option(
     None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 
@@ -204,12 +211,14 @@ def eval_bleu(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Translate a split with this model first."),
     which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
     split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
-    beam_size: Optional[int] = typer.Option(None, "--beam-size"),
-    length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
+    beam_size: Optional[int] = typer.Option(
+        None, "--beam-size", help="With --checkpoint: beam size (1 = greedy); default from the model's config."),
+    length_penalty: Optional[float] = typer.Option(
+        None, "--length-penalty", help="With --checkpoint: GNMT alpha; default from the model's config."),
     min_length: Optional[int] = typer.Option(None, "--min-length", help="No eos before this many output tokens."),
     save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    device: str = typer.Option("auto", "--device"),
+    device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu or cuda."),
     progress: Optional[bool] = ProgressOption,
 ) -> None:
     """sacreBLEU (+ signature), chrF and the paper's tokenized BLEU with compound splitting."""
@@ -449,7 +458,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _setup(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
     # Library modules report progress through `logging`; the CLI shows INFO messages as plain lines on stderr.
