@@ -21,7 +21,6 @@ gives the median and, with repeats, the range. Run it on an otherwise quiet mach
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import statistics
@@ -109,7 +108,13 @@ def measure(config: str, threads: int, policy: str, args: argparse.Namespace, wo
                           capture_output=True, text=True)
     if done.returncode != 0:
         raise SystemExit(f"training with {threads} thread(s), {policy} failed:\n{done.stderr[-3000:]}")
-    records = [json.loads(line) for line in (run_dir / "metrics.jsonl").read_text().splitlines()]
+    from rpr_mt.errors import UserError
+    from rpr_mt.metrics import read_records  # the trainer's own reader: a cut-off last line is skipped
+
+    try:
+        records = read_records(run_dir / "metrics.jsonl")
+    except UserError as err:
+        raise SystemExit(f"training with {threads} thread(s), {policy}: {err}") from None
     rates = [r["tgt_tok_s"] for r in records if "tgt_tok_s" in r and r["step"] > args.warmup]
     if not rates:
         raise SystemExit(f"no log window after update {args.warmup}: raise --updates or lower --log-every")

@@ -26,6 +26,7 @@ from typer.core import TyperCommand, TyperGroup  # noqa: E402
 import rpr_mt  # noqa: E402
 from rpr_mt.config import Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.progress import show_progress  # noqa: E402
 
 
 def _no_type_on_flags(params: list) -> list:
@@ -80,6 +81,7 @@ class _Group(_Parsing, TyperGroup):
 
 app = typer.Typer(
     cls=_Group,
+    context_settings={"help_option_names": ["-h", "--help"]},  # the commands inherit it
     add_completion=False,
     no_args_is_help=True,
     pretty_exceptions_enable=False,
@@ -88,8 +90,16 @@ app = typer.Typer(
 
 F = TypeVar("F", bound=Callable[..., object])
 
-ConfigOption = typer.Option(None, "--config", "-c", help="Experiment YAML (sections data, model, train, decode).")
-SetOption = typer.Option(None, "--set", metavar="SECTION.KEY=VALUE", help="Override a config value (repeatable).")
+ConfigOption = typer.Option(
+    None, "--config", "-c",
+    help="Experiment YAML (sections data, model, train, decode), e.g. configs/demo.yaml. Optional: without it every "
+         "setting has its default.")
+SetOption = typer.Option(
+    None, "--set", metavar="SECTION.KEY=VALUE",
+    help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
+         "fields of rpr_mt/config.py, each with a one-line comment (README: Configuration).")
+ProgressOption = typer.Option(
+    None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 
 
 def user_errors(fn: F) -> F:
@@ -122,12 +132,13 @@ def prepare(
     config: Optional[Path] = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     force: bool = typer.Option(False, "--force", help="Rebuild even if the prepared data is up to date."),
+    progress: Optional[bool] = ProgressOption,
 ) -> None:
     """Download or read parallel text, clean it, train SentencePiece and write token-id arrays."""
     from rpr_mt.data.prepare import prepare as prepare_data
 
     cfg = _config(config, set_)
-    prepare_data(cfg.data, force=force, progress=sys.stderr.isatty())
+    prepare_data(cfg.data, force=force, progress=show_progress(progress))
 
 
 @app.command(cls=_Command)
@@ -138,7 +149,8 @@ def train(
     overwrite: bool = typer.Option(False, "--overwrite", help="Replace a run of a different config in run_dir."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
     progress: Optional[bool] = typer.Option(
-        None, "--progress/--no-progress", help="tqdm bar with the time left (default: on a terminal)."),
+        None, "--progress/--no-progress",
+        help="Progress bar with the time left (default: only when stderr is a terminal; else plain log lines)."),
     more_steps: Optional[int] = typer.Option(
         None, "--more-steps", metavar="N",
         help="Continue the run's latest checkpoint for N more updates (max_steps becomes its update + N; "
@@ -148,7 +160,8 @@ def train(
     from rpr_mt.train.trainer import train as run_training
 
     cfg = _config(config, set_)
-    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps)
+    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
+                          more_steps=more_steps)
     if result.stopped_by == "signal":
         typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
         raise typer.Exit(130)
@@ -169,17 +182,20 @@ def translate(
         None, "--min-length", help="No eos before this many output tokens (default from config: 1; 0 allows an "
         "empty translation)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    progress: Optional[bool] = ProgressOption,
 ) -> None:
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
 
+    _check_input(input, "--input")
     _check_output(output, "--output", inputs=[input, checkpoint])
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length)
     lines = read_lines(input)
     if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
-    outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device), progress=input != "-")
+    outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device),
+                              progress=show_progress(progress))
     _write_lines(output, outputs)
 
 
@@ -195,8 +211,10 @@ def eval_bleu(
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Translate a split with this model first."),
     which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
     split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
-    beam_size: Optional[int] = typer.Option(None, "--beam-size"),
-    length_penalty: Optional[float] = typer.Option(None, "--length-penalty"),
+    beam_size: Optional[int] = typer.Option(
+        None, "--beam-size", help="With --checkpoint: beam size (1 = greedy); default from the model's config."),
+    length_penalty: Optional[float] = typer.Option(
+        None, "--length-penalty", help="With --checkpoint: GNMT alpha; default from the model's config."),
     min_length: Optional[int] = typer.Option(None, "--min-length", help="No eos before this many output tokens."),
     save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
     pretokenized: bool = typer.Option(
@@ -204,7 +222,8 @@ def eval_bleu(
         help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
         "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    device: str = typer.Option("auto", "--device"),
+    device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu or cuda."),
+    progress: Optional[bool] = ProgressOption,
 ) -> None:
     """sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k
     literature's BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
@@ -215,6 +234,11 @@ def eval_bleu(
 
     if lang is not None and lang not in ISO_639_1:  # the tokenized BLEU's Moses rules fall back silently on unknown codes
         raise UserError(f"--lang must be a two-letter ISO 639-1 language code such as en, de or fr (got {lang!r})")
+    # Path problems first (exists, is a file, readable), naming conventions after: a --ref that is a directory is
+    # not a question of its suffix.
+    for path, option in ((hyp, "--hyp"), (ref, "--ref")):
+        if path is not None:
+            _check_input(str(path), option)
     if checkpoint is not None:
         if hyp is not None:
             raise UserError("give either --hyp/--ref or --checkpoint, not both")
@@ -229,13 +253,16 @@ def eval_bleu(
             if prepared:  # the data is there, the split is not: a prepare would not help
                 raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
             raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
-        ref = ref or default_ref
+        if ref is None:
+            ref = default_ref
+            _check_input(str(ref), "--ref (the split's reference)")
         if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
             _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length)
         hypotheses = list(
-            translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device), progress=True)
+            translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
+                            progress=show_progress(progress))
         )
         if save_hyp is not None:
             _write_lines(str(save_hyp), hypotheses)
@@ -269,6 +296,13 @@ def average_checkpoints_command(
 
     if last < 1:
         raise UserError("--last must be >= 1")
+    # What the inputs are decides what else is needed (--output for files), so a missing input is said first.
+    for path in inputs:
+        if not path.exists():
+            raise UserError(f"{path} does not exist (give a run directory or checkpoint files)")
+    if len(inputs) > 1 and any(path.is_dir() for path in inputs):
+        directory = next(path for path in inputs if path.is_dir())
+        raise UserError(f"{directory} is a directory: give one run directory, or checkpoint files")
     if len(inputs) == 1 and inputs[0].is_dir():
         paths = ckpt.list_step_checkpoints(inputs[0])[-last:]
         if not paths:
@@ -371,6 +405,21 @@ def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, mi
     return decode
 
 
+def _check_input(path: str, option: str) -> None:
+    """Before any work, in this order: an input file must exist, not be a directory (a pipe such as ``-i <(zcat
+    x.gz)`` is fine) and be readable (``-`` is stdin). The message names the option and the path, so a wrong path
+    is not reported as something else (a language the name does not tell, after a model took a minute to load)."""
+    if path == "-":
+        return
+    target = Path(path)
+    if not target.exists():
+        raise UserError(f"{option} {path}: file not found")
+    if target.is_dir():
+        raise UserError(f"{option} {path} is a directory; give a text file")
+    if not os.access(target, os.R_OK):
+        raise UserError(f"{option} {path}: not readable (permission denied)")
+
+
 def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
     """Before any work: an output file's directory must exist and be writable, and the path must not be a directory
     (a failed write after decoding would lose the translations). Nor may the output replace one of the command's
@@ -416,7 +465,7 @@ def _print_version(value: bool) -> None:
 
 @app.callback()
 def _setup(
-    version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
+    version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
     # Library modules report progress through `logging`; the CLI shows INFO messages as plain lines on stderr.

@@ -7,33 +7,26 @@ invocation that resumed replace them, so each curve shows the updates that made 
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 from typing import Any
 
 from rpr_mt.errors import UserError
+from rpr_mt.metrics import METRICS_FILE, read_records
 
 __all__ = ["read_curves", "plot_run"]
 
 
 def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(training records, validation records) of ``run_dir``, each in update order with resumed updates once."""
-    path = Path(run_dir) / "metrics.jsonl"
+    """(training records, validation records) of ``run_dir``, each in update order with resumed updates once. A
+    cut-off last line (a killed run) is skipped with a warning (``rpr_mt.metrics.read_records``)."""
+    path = Path(run_dir) / METRICS_FILE
     if not path.is_file():
         raise UserError(f"no metrics.jsonl in {run_dir} (is it a training run directory?)")
     train: list[dict[str, Any]] = []
     dev: list[dict[str, Any]] = []
-    for number, raw in enumerate(path.read_bytes().split(b"\n"), 1):
-        if not raw.strip():
-            continue
-        try:
-            record = json.loads(raw.decode("utf-8"))
-            step = int(record["step"])
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{path}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") from None
-        except (ValueError, KeyError, TypeError):
-            raise UserError(f"{path}: line {number} is not a metrics record") from None
+    for record in read_records(path):
+        step = int(record["step"])
         series = dev if "dev_nll" in record else train if "loss" in record else None
         if series is None:
             continue
@@ -47,7 +40,7 @@ def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[st
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     """Draw loss (train and dev), dev BLEU, learning rate and target tokens/s against the update; returns the PNG's
-    path (default: RUN/curves.png)."""
+    path (default: RUN/curves.png). The tokens/s panel leaves out the first log window (start-up, not speed)."""
     from rpr_mt.experiments.tables import pyplot  # matplotlib is an optional extra; pyplot() says how to install it
 
     run_dir = Path(run_dir)
@@ -80,8 +73,10 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     ax_bleu.set(ylabel="sacreBLEU (validation decode)", title="dev BLEU")
     draw(ax_lr, train, "lr", "learning rate", linewidth=1)
     ax_lr.set(ylabel="learning rate", title="learning rate")
-    draw(ax_speed, train, "tgt_tok_s", "target tokens/s", linewidth=1)
-    ax_speed.set(ylabel="target tokens/s", title="training speed (per log window)")
+    # The first log window includes start-up (first allocations, warm-up): its rate would be a dip at the start of
+    # the curve, not the training speed. The trainer's slowdown monitor leaves it out too.
+    draw(ax_speed, train[1:], "tgt_tok_s", "target tokens/s", linewidth=1)
+    ax_speed.set(ylabel="target tokens/s", title="training speed (per log window; first window left out)")
     for ax in axes.flat:
         ax.set_xlabel("update")
         ax.grid(alpha=0.3)

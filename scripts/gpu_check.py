@@ -27,7 +27,6 @@ import datetime as _dt
 import json
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -130,8 +129,9 @@ def part_bench(work: Path, lengths: list[int]) -> dict:
 
 
 def torchrun() -> list[str]:
-    found = shutil.which("torchrun")
-    return [found] if found else [sys.executable, "-m", "torch.distributed.run"]
+    # torchrun through this interpreter: a `torchrun` found on PATH may belong to another Python (no torch, or
+    # another torch) when this one is an unactivated virtualenv's.
+    return [sys.executable, "-m", "torch.distributed.run"]
 
 
 def part_ddp(work: Path, gpus: int) -> dict:
@@ -162,10 +162,16 @@ def trainer_under_torchrun(work: Path, gpus: int) -> dict:
     code, output, seconds = run_logged([*torchrun(), "--standalone", "--nproc_per_node", str(gpus), "-m",
                                         "rpr_mt.cli", "train", "--config", "configs/demo.yaml", *sets],
                                        work / "demo_train.log", timeout=600)
+    from rpr_mt.errors import UserError
+    from rpr_mt.metrics import read_records  # the trainer's own reader: a cut-off last line is not a failure
+
     records = []
     metrics = run_dir / "metrics.jsonl"
     if metrics.is_file():
-        records = [json.loads(line) for line in metrics.read_text().splitlines() if '"tgt_tok_s"' in line]
+        try:
+            records = [record for record in read_records(metrics) if "tgt_tok_s" in record]
+        except UserError as err:
+            return {"ok": False, "error": str(err), "seconds": seconds}
     last = records[-1] if records else {}
     return {"ok": code == 0 and bool(records), "updates": last.get("step"), "tgt_tok_s": last.get("tgt_tok_s"),
             "seconds": seconds}

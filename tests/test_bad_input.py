@@ -127,8 +127,10 @@ def setup(root: Path) -> dict[str, str]:
     }.items():
         (root / name).write_text(text, encoding="utf-8")
     for name, text in {"metrics_ok": b'{"step": 1, "loss": 2.0, "lr": 0.1}\n',
-                       "metrics_bad": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": \n',
-                       "metrics_utf8": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "\xff"}\n'}.items():
+                       # a bad line before the last is corruption (a cut-off last line is what a kill leaves)
+                       "metrics_bad": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": \n{"step": 3, "loss": 1.0}\n',
+                       "metrics_utf8": b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": "\xff"}\n'
+                                       b'{"step": 3, "loss": 1.0}\n'}.items():
         (root / name).mkdir()
         (root / name / "metrics.jsonl").write_bytes(text)
     return {}
@@ -210,7 +212,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("translate: directory that is not a run", lambda r: ["translate", "--checkpoint", f"{r}/not_a_run"],
      "not_a_run"),
     ("translate: input is a directory", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i",
-                                                   f"{r}/outdir"], "outdir"),
+                                                   f"{r}/outdir"], "outdir is a directory; give a text file"),
     ("translate: empty input", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/empty.en"],
      "empty.en"),
     ("translate: beam size 0", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
@@ -325,7 +327,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("eval-bleu: invalid UTF-8 reference", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref",
                                                       f"{r}/bad.txt", "--lang", "de"], "bad.txt: line 2: invalid UTF-8"),
     ("eval-bleu: reference is a directory", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref", f"{r}/outdir",
-                                                       "--lang", "de"], "outdir: cannot read"),
+                                                       "--lang", "de"], "outdir is a directory; give a text file"),
     # --- added second: usage errors (click's framed block before) are one line too
     ("usage: value of the wrong type", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "--beam-size",
                                                   "four"], "'--beam-size'"),
@@ -371,6 +373,24 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "notab.tsv:1: expected exactly one tab"),
     ("prepare: input is a directory", lambda r: ["prepare", "--config", f"{r}/dir_input.yaml"],
      "input is not a file"),
+    # --- added third (issue #31): path problems are said before naming conventions and before other options
+    ("eval-bleu: reference directory, no --lang", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--ref",
+                                                            f"{r}/outdir"], "outdir is a directory; give a text file"),
+    ("eval-bleu: missing reference, no language in its name", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt",
+                                                                        "--ref", f"{r}/nope.txt"],
+     "nope.txt: file not found"),
+    ("eval-bleu: hypotheses are a directory", lambda r: ["eval-bleu", "--hyp", f"{r}/outdir", "--ref",
+                                                         f"{r}/ref.txt"], "outdir is a directory; give a text file"),
+    ("eval-bleu: missing reference with --checkpoint", lambda r: ["eval-bleu", "--checkpoint", f"{r}/truncated.pt",
+                                                                  "--ref", f"{r}/nope.de"],
+     "nope.de: file not found"),
+    ("translate: missing input before the checkpoint loads", lambda r: ["translate", "--checkpoint",
+                                                                        f"{r}/truncated.pt", "-i", f"{r}/nope.en"],
+     "nope.en: file not found"),
+    ("average: missing run with --last", lambda r: ["average-checkpoints", f"{r}/nope_run", "--last", "2"],
+     "nope_run does not exist"),
+    ("average: a run directory among files", lambda r: ["average-checkpoints", f"{r}/run", f"{r}/model.pt", "-o",
+                                                       f"{r}/avg.pt"], "run is a directory: give one run directory"),
 ]
 
 

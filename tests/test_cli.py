@@ -138,6 +138,44 @@ def test_version_is_the_package_version():
     assert f'version = "{rpr_mt.__version__}"' in pyproject  # one version, wherever it is read
 
 
+def _commands():
+    """(name, click command) of the top level and every command of the tree, as `rpr-mt` builds them."""
+    import typer.main
+
+    group = typer.main.get_command(app)
+    return [("rpr-mt", group)] + sorted(group.commands.items())
+
+
+def test_every_option_and_argument_of_every_command_has_help_text():
+    import click
+
+    root = click.Context(_commands()[0][1], info_name="rpr-mt")
+    missing = [f"{name} {param.opts[0]}" for name, command in _commands()
+               for param in command.get_params(click.Context(command, parent=root, info_name=name))
+               if not (getattr(param, "help", None) or "").strip()]
+    assert len(_commands()) > 5 and not missing, missing
+
+
+@pytest.mark.parametrize("name", [name for name, _ in _commands()])
+def test_short_help_on_every_command(name):
+    command = [] if name == "rpr-mt" else [name]
+    short, long = run(*command, "-h"), run(*command, "--help")
+    assert short.exit_code == 0 and "Usage:" in short.output, short.output
+    assert short.output == long.output
+
+
+@pytest.mark.parametrize("flag", ["-V", "--version"])
+def test_short_and_long_version(flag):
+    result = run(flag)
+    assert result.exit_code == 0 and result.stdout.strip() == f"rpr-mt {rpr_mt.__version__}"
+
+
+def test_train_help_says_config_is_optional_and_where_set_keys_are():
+    text = " ".join(run("train", "--help").output.replace("│", " ").split())
+    assert "Optional: without it every setting has its default" in text
+    assert "rpr_mt/config.py" in text
+
+
 @pytest.mark.parametrize("command", [[], ["train"], ["prepare"], ["eval-bleu"], ["average-checkpoints"]])
 def test_help_shows_flags_without_a_type(command):
     result = run(*command, "--help")
@@ -162,7 +200,8 @@ def test_boolean_flags_parse_the_typer_way(monkeypatch):
     assert run("train", "--dry-run", "--no-progress", "--more-steps", "7").exit_code == 0
     assert seen == {"overwrite": False, "dry_run": True, "progress": False, "more_steps": 7}
     assert run("train", "--progress").exit_code == 0 and seen["progress"] is True and seen["dry_run"] is False
-    assert run("train").exit_code == 0 and seen["progress"] is None and seen["more_steps"] is None
+    # no option: rpr_mt.progress.show_progress decides, as for every command; CliRunner's stderr is no terminal
+    assert run("train").exit_code == 0 and seen["progress"] is False and seen["more_steps"] is None
     result = run("train", "--dry-run=true")  # a flag takes no value
     assert result.exit_code == 2 and "does not take a value" in result.output
 

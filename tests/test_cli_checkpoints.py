@@ -112,3 +112,64 @@ def test_curves_of_a_resumed_run_keep_the_resumed_updates_once(tmp_path):
     train_records, dev_records = read_curves(tmp_path)
     assert [(r["step"], r["loss"]) for r in train_records] == [(1, 5.0), (50, 4.0), (100, 3.0), (150, 2.5), (200, 2.0)]
     assert [r["step"] for r in dev_records] == [100, 200]
+
+
+def _killed_run(directory: Path, cut_off: bool = True) -> Path:
+    """A run killed while it wrote its fourth record: the last line is cut off (unless not ``cut_off``)."""
+    records = [{"step": s, "loss": 5.0 - s / 100, "lr": 1e-3, "tgt_tok_s": 900.0 if s == 1 else 5000.0 + s}
+               for s in (1, 50, 100)]
+    directory.mkdir()
+    (directory / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records) + ('{"step": 150, "lo' if cut_off else ""))
+    return directory
+
+
+def test_plot_of_a_killed_run_skips_its_cut_off_last_line_and_says_so_once(tmp_path):
+    pytest.importorskip("matplotlib")
+    import os
+    import subprocess
+
+    run = _killed_run(tmp_path / "run")
+    done = subprocess.run([sys.executable, "-m", "rpr_mt.cli", "plot", str(run)], capture_output=True, text=True,
+                          timeout=120, env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])})
+    assert done.returncode == 0, done.stderr
+    warnings = [line for line in done.stderr.splitlines() if line.startswith("warning:")]
+    assert len(warnings) == 1 and "metrics.jsonl: line 4" in warnings[0] and "cut off" in warnings[0], done.stderr
+    assert (run / "curves.png").is_file()
+
+
+def test_plot_leaves_the_start_up_window_out_of_the_speed_panel(tmp_path, monkeypatch):
+    pytest.importorskip("matplotlib")
+    from matplotlib.axes import Axes
+
+    from rpr_mt.curves import plot_run
+
+    drawn: dict = {}
+    plot = Axes.plot
+
+    def spy(self, *args, **kwargs):
+        drawn[kwargs.get("label")] = list(args[0])
+        return plot(self, *args, **kwargs)
+
+    monkeypatch.setattr(Axes, "plot", spy)
+    plot_run(_killed_run(tmp_path / "run", cut_off=False), tmp_path / "curves.png")
+    assert drawn["target tokens/s"] == [50, 100]  # not update 1's window, which includes start-up
+    assert drawn["learning rate"] == [1, 50, 100]  # the other panels keep every window
+
+
+# -- progress bars: like train, only on a terminal unless --progress/--no-progress says -----------------------------
+
+
+@pytest.mark.parametrize("command", [
+    lambda run, src: ["translate", "--checkpoint", str(run), "--beam-size", "1", "-i", str(src), "-o", str(src) + ".out"],
+    lambda run, src: ["eval-bleu", "--checkpoint", str(run), "--beam-size", "1", "--split", "dev"],
+], ids=["translate", "eval-bleu"])
+def test_no_progress_bar_into_a_pipe_unless_asked(run_dir, tmp_path, command):
+    src = tmp_path / "src.en"
+    src.write_text("a bird\nthe old farmer\n", encoding="utf-8")
+    plain = runner.invoke(app, command(run_dir, src))  # CliRunner's stderr is not a terminal
+    assert plain.exit_code == 0, plain.output
+    assert "\r" not in plain.stderr and "sent/s" not in plain.stderr
+    forced = runner.invoke(app, [*command(run_dir, src), "--progress"])
+    assert forced.exit_code == 0, forced.output
+    assert "\r" in forced.stderr and "translate" in forced.stderr  # tqdm's frames, as on a terminal
+    assert "\r" not in runner.invoke(app, [*command(run_dir, src), "--no-progress"]).stderr

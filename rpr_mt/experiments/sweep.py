@@ -187,8 +187,12 @@ def run_config(config_path: str | Path, overrides: list[str], run: Run, root: st
 
 def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
     """Merge ``runs`` into ``<root>/plan.json`` (a later sweep over other tables or seeds adds to it)."""
+    check_root(root)
     path = Path(root) / "plan.json"
-    plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"runs": {}}
+    try:
+        plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"runs": {}}
+    except (OSError, ValueError) as exc:  # a hand-edited or half-written plan: say which file, not a traceback
+        raise UserError(f"{path}: cannot read the sweep's plan ({exc})") from None
     if plan.get("config", str(config_path)) != str(config_path) or plan.get("overrides", overrides) != overrides:
         raise UserError(
             f"{path} belongs to a sweep of {plan.get('config')} with overrides {plan.get('overrides')}; "
@@ -201,6 +205,18 @@ def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], 
             if list(cell) not in entry["cells"]:
                 entry["cells"].append(list(cell))
     _write_json(path, plan)
+
+
+def check_root(root: str | Path) -> None:
+    """The sweep root must be a directory or creatable as one (before any run is planned or trained): ``--root`` given
+    a file, or a path under a file, is a ``UserError`` naming it, not a FileExistsError from mkdir."""
+    root = Path(root)
+    if root.exists() and not root.is_dir():
+        raise UserError(f"--root {root} is a file; give a directory for the sweep (new, or one a sweep made)")
+    try:
+        root.mkdir(parents=True, exist_ok=True)
+    except OSError as exc:  # a file further up, or no permission
+        raise UserError(f"--root {root}: cannot create the directory ({exc.strerror}: {exc.filename})") from None
 
 
 def _write_json(path: Path, value: Any) -> None:

@@ -199,3 +199,24 @@ def test_recorded_decode_fills_in_the_behaviour_before_a_setting():
     new = {"beam_size": 4, "length_penalty": 0.6, "max_len_a": 1.5, "max_len_b": 10, "min_length": 1}
     assert recorded_decode({"beam_size": 4, "length_penalty": 0.6, "decode": new}) == new
 
+
+
+@pytest.mark.parametrize("script, config", [("scripts/sweep.py", "configs/multi30k_en_de_rel.yaml"),
+                                            ("scripts/study_positions.py", "configs/multi30k_en_de_positions.yaml")])
+@pytest.mark.parametrize("under", [False, True])
+def test_root_that_is_a_file_is_one_error_line(script, config, under, tmp_path):
+    # Was a FileExistsError traceback from the plan writer's mkdir; nothing may be trained or written.
+    (tmp_path / "afile").write_text("x\n")
+    root = tmp_path / "afile" / "sub" if under else tmp_path / "afile"
+    done = subprocess.run([sys.executable, script, config, "--root", str(root), "--seeds", "1"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.startswith("error: --root ") and len(done.stderr.splitlines()) == 1, done.stderr
+    assert "afile" in done.stderr and "Traceback" not in done.stderr
+    assert (tmp_path / "afile").read_text() == "x\n"
+
+
+def test_unreadable_plan_is_one_error(base_config, tmp_path):
+    (tmp_path / "plan.json").write_text('{"runs": {')
+    with pytest.raises(UserError, match="plan.json: cannot read the sweep's plan"):
+        run_sweep(base_config, tmp_path, ["positions"], [1], log=lambda _: None)

@@ -16,8 +16,16 @@ def run(*command: str) -> subprocess.CompletedProcess:
     return subprocess.run(list(command), cwd=REPO, capture_output=True, text=True, timeout=120)
 
 
-def test_dry_run_prints_the_plan_and_the_table_without_a_gpu():
-    done = run("bash", "scripts/gpu_check.sh", "--dry-run", "--presets", "base", "big")
+def test_dry_run_prints_the_plan_and_the_table_without_a_gpu(tmp_path):
+    # The shell script runs $PYTHON, here this test's interpreter (an unactivated virtualenv's, say), not the
+    # python3 on PATH: a python3 that would fail stands first on PATH to prove it.
+    import os
+
+    (tmp_path / "python3").write_text("#!/bin/sh\necho 'not this interpreter' >&2\nexit 97\n")
+    (tmp_path / "python3").chmod(0o755)
+    env = {**os.environ, "PYTHON": sys.executable, "PATH": f"{tmp_path}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["bash", "scripts/gpu_check.sh", "--dry-run", "--presets", "base", "big"], cwd=REPO,
+                          capture_output=True, text=True, timeout=120, env=env)
     assert done.returncode == 0, done.stderr
     out = done.stdout
     for part in ("tests: ", "train: ", "ddp: torchrun --standalone", "bench: "):
@@ -25,6 +33,12 @@ def test_dry_run_prints_the_plan_and_the_table_without_a_gpu():
     assert "(dry run: nothing measured)" in out and "| check | result | goal |" in out
     assert "| attention L=256 bf16: Shaw K+V Triton / SDPA flash, fwd+bwd | - | <= 1.3 (-) |" in out
     assert "| cost: big relative, 300,000 updates x 25,000 tokens | - | from the measured tok/s |" in out
+
+
+def test_torchrun_is_this_interpreters():
+    # a `torchrun` on PATH may belong to another Python; the DDP part must run under the one running the check
+    gpu_check = load_script("scripts/gpu_check.py")
+    assert gpu_check.torchrun() == [sys.executable, "-m", "torch.distributed.run"]
 
 
 def test_arguments_are_checked():
