@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import logging
 import re
+from typing import Optional
 
 import sentencex
 
@@ -37,8 +38,9 @@ _INITIAL = re.compile(r"\w\.", re.UNICODE)  # a lone letter and a full stop: "M.
 _warned: set[str] = set()
 
 
-def split_sentences(line: str, lang: str) -> list[str]:
-    """The sentences of ``line`` in language ``lang`` (ISO 639-1), each stripped of surrounding whitespace.
+def split_sentences(line: str, lang: Optional[str]) -> list[str]:
+    """The sentences of ``line`` in language ``lang`` (ISO 639-1; ``None``: not given, sentencex's default rules),
+    each stripped of surrounding whitespace.
 
     A blank line gives ``[]``; a line with one sentence (or none ending in a sentence mark) gives
     ``[line.strip()]``, exactly what translating the whole line would encode.
@@ -46,7 +48,9 @@ def split_sentences(line: str, lang: str) -> list[str]:
     text = line.strip()
     if not text:
         return []
-    if lang not in _OWN_RULES and lang not in _FALLBACKS and lang not in _warned:
+    if lang is None:
+        lang = "und"  # ISO 639-2 "undetermined": no rules of its own, so sentencex's default ones
+    elif lang not in _OWN_RULES and lang not in _FALLBACKS and lang not in _warned:
         _warned.add(lang)
         logger.warning("sentence splitting: no rules for language %r; using sentencex's default rules (English "
                        "abbreviations, . ! ? and other scripts' sentence marks)", lang)
@@ -68,7 +72,7 @@ def split_sentences(line: str, lang: str) -> list[str]:
     return sentences
 
 
-def join_sentences(translations: list[str], lang: str) -> str:
+def join_sentences(translations: list[str], lang: Optional[str]) -> str:
     """One output line from a line's translated sentences, in target language ``lang``: one space between them, or
     none for a language written without spaces (Chinese, Japanese)."""
     return ("" if lang in _NO_SPACE else " ").join(t.strip() for t in translations if t.strip())

@@ -101,6 +101,7 @@ LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("train", "init_from"): (None, None),
     ("train", "reset_optimizer"): (True, True),
     ("decode", "min_length"): (1, 0),
+    ("decode", "split_sentences"): (True, False),
 }
 
 # The decode settings that change what is decoded (nbest is 1 in sweeps; max_tokens only batches).
@@ -239,7 +240,9 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
         return None
     which = "average" if cfg.train.average_last > 1 else "last"
     model, _, vocab, checkpoint = load_for_inference(run_dir, which)
-    decode = dataclasses.replace(cfg.decode, nbest=1)
+    # Whole lines, as before sentence splitting existed: the recorded scores stay comparable (and Multi30k's
+    # captions are one sentence each, so splitting would change nothing there).
+    decode = dataclasses.replace(cfg.decode, nbest=1, split_sentences=False)
     record: dict[str, Any] = {
         "run": run.directory,
         "seed": run.seed,
