@@ -132,7 +132,7 @@ def recorded_decode(record: dict[str, Any]) -> dict[str, Any]:
     their outputs were made with the behaviour before it (``LATER_SETTINGS``)."""
     found = dict(record.get("decode") or {k: record[k] for k in ("beam_size", "length_penalty") if k in record})
     for (section, key), (_, before) in LATER_SETTINGS.items():
-        if section == "decode":
+        if section == "decode" and key in DECODE_KEYS:  # split_sentences: sweeps decode whole lines regardless
             found.setdefault(key, before)
     return found
 
