@@ -74,5 +74,8 @@ def split_sentences(line: str, lang: Optional[str]) -> list[str]:
 
 def join_sentences(translations: list[str], lang: Optional[str]) -> str:
     """One output line from a line's translated sentences, in target language ``lang``: one space between them, or
-    none for a language written without spaces (Chinese, Japanese)."""
+    none for a language written without spaces (Chinese, Japanese). One translation comes back as it is, blanks
+    included, as translating the line whole gives it."""
+    if len(translations) == 1:
+        return translations[0]
     return ("" if lang in _NO_SPACE else " ").join(t.strip() for t in translations if t.strip())

@@ -75,6 +75,7 @@ def test_join() -> None:
     assert join_sentences(["A man.", "A dog."], "en") == "A man. A dog."
     assert join_sentences(["我喜欢猫。", "你呢？"], "zh") == "我喜欢猫。你呢？"
     assert join_sentences(["A man.", "", " A dog. "], "de") == "A man. A dog."  # an empty translation adds no space
+    assert join_sentences(["d pue   "], "de") == "d pue   "  # a one-sentence line's output, untouched
 
 
 @pytest.mark.parametrize("lang", ["en", "de", "fr"])
