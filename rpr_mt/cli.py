@@ -183,6 +183,8 @@ def translate(
         "empty translation)."),
     device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
     progress: Optional[bool] = ProgressOption,
+    no_split: bool = typer.Option(
+        False, "--no-split", help="Translate each line whole instead of sentence by sentence (decode.split_sentences)."),
 ) -> None:
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -190,12 +192,12 @@ def translate(
     _check_input(input, "--input")
     _check_output(output, "--output", inputs=[input, checkpoint])
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
-    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length)
+    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
     lines = read_lines(input)
     if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
     outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device),
-                              progress=show_progress(progress))
+                              progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
     _write_lines(output, outputs)
 
 
@@ -224,6 +226,8 @@ def eval_bleu(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu or cuda."),
     progress: Optional[bool] = ProgressOption,
+    no_split: bool = typer.Option(
+        False, "--no-split", help="With --checkpoint: translate each line whole, not sentence by sentence."),
 ) -> None:
     """sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k
     literature's BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
@@ -259,10 +263,10 @@ def eval_bleu(
         if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
             _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
-        decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length)
+        decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, no_split)
         hypotheses = list(
             translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
-                            progress=show_progress(progress))
+                            progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
         )
         if save_hyp is not None:
             _write_lines(str(save_hyp), hypotheses)
@@ -272,6 +276,8 @@ def eval_bleu(
             raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
         if save_hyp is not None:  # nothing is translated, so nothing would be saved
             raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
+        if no_split:  # nothing is translated, so nothing would be split
+            raise UserError("--no-split goes with --checkpoint (it changes how that model translates)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
         lang = lang or language_from_path(ref)
         if lang is None:
@@ -385,11 +391,11 @@ def _load_model(checkpoint: Path, which: str, device: str):
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)
 
 
-def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None):
+def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None, no_split=False):
     import dataclasses
 
     options = dict(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens,
-                   min_length=min_length)
+                   min_length=min_length, split_sentences=False if no_split else None)
     changes = {k: v for k, v in options.items() if v is not None}
     decode = dataclasses.replace(cfg.decode, **changes)
     if decode.beam_size < 1:

@@ -170,6 +170,7 @@ class DecodeConfig:
     min_length: int = 1
     max_tokens: int = 4096  # source tokens per decoding batch
     nbest: int = 1  # hypotheses printed per input line
+    split_sentences: bool = True  # translate each line's sentences one by one and join them (rpr_mt.decode.segment)
 
 
 @dataclass

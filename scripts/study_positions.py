@@ -7,6 +7,10 @@
     # (--baseline "Shaw k=64": against another scheme)
     python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --report \\
         --plot docs/img/positions_bleu_by_length.png --bootstrap --lengths --speed-json results/study_speed.json
+    # the long sets translated sentence by sentence, as `rpr-mt translate` does by default (finished runs whose
+    # checkpoints are still there; each run's long_results_split.json and long_split/*.hyp, beside the whole-line ones)
+    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2 \
+        --split-sentences
     # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
     python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
 """
@@ -41,6 +45,8 @@ def main(argv: list[str] | None = None) -> int:
                         "of their config.yaml, relative to where the study ran)")
     parser.add_argument("--speed-json", help="with --report: the tok/s column from `benchmarks/bench_train.py --study "
                         "CONFIG --json FILE` (a quiet measurement) instead of the runs' own rates")
+    parser.add_argument("--split-sentences", action="store_true",
+                        help="decode the long sets sentence by sentence (long_results_split.json) instead of whole")
     args = parser.parse_args(argv)
     try:
         from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
@@ -71,13 +77,15 @@ def main(argv: list[str] | None = None) -> int:
         def decode_long_sets(cfg) -> None:
             # Each run's long sets right after it trains: a finished run is then complete, ready to commit (results/).
             try:
-                record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True))
+                record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True),
+                                       split=args.split_sentences)
             except UserError as err:  # e.g. a run from results/ whose hypotheses are incomplete and weights absent
                 print(f"error: {cfg.train.run_dir}: long sets not evaluated: {err}", file=sys.stderr, flush=True)
                 failed.append(str(cfg.train.run_dir))
                 return
             x4 = record["sets"]["test.x4"]
-            print(f"{cfg.train.run_dir}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}",
+            print(f"{cfg.train.run_dir}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}"
+                  + (" (sentence by sentence)" if args.split_sentences else ""),
                   file=sys.stderr, flush=True)
 
         status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides, args.only,

@@ -214,3 +214,25 @@ def test_export_bad_input(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model\n")
     assert_one_line_error(run("export", str(tmp_path), "--output", str(tmp_path), "--force"),
                           "not a CTranslate2 model directory")
+
+
+def test_translate_splits_sentences_unless_no_split(tmp_path, monkeypatch):
+    """translate splits each line by the checkpoint's source language; --no-split turns it off; one line out per
+    line in either way."""
+    from rpr_mt.decode import translate
+
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    src = tmp_path / "para.txt"
+    src.write_text("A man rides a bike. A dog runs after him. They stop.\n\nTwo kids play.\n", encoding="utf-8")
+    seen = []
+    real = translate.translate_lines
+    monkeypatch.setattr(translate, "translate_lines",
+                        lambda *a, **k: seen.append((k["decode"].split_sentences, k["src_lang"])) or real(*a, **k))
+    for extra in ([], ["--no-split"]):
+        out = tmp_path / f"out{len(extra)}.txt"
+        result = run("translate", "--checkpoint", str(fixture), "-i", str(src), "-o", str(out), "--device", "cpu",
+                     *extra)
+        assert result.exit_code == 0, result.output
+        assert len(out.read_text(encoding="utf-8").split("\n")) == 4  # 3 lines and the final newline
+    cfg_src = ckpt.load_checkpoint(fixture)["config"]["data"]["src_lang"]
+    assert seen == [(True, cfg_src), (False, cfg_src)]

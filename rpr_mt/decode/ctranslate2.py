@@ -172,18 +172,14 @@ class ExportedTranslator:
     # -- text -------------------------------------------------------------------------------------------------------
 
     def translate_lines(self, lines: Sequence[str], decode: Optional[DecodeConfig] = None) -> list[str]:
-        """``rpr-mt translate``'s output for ``lines`` (the format of ``rpr_mt.decode.translate``): one line per
-        input, or with nbest N > 1, N lines ``index<TAB>score<TAB>text`` each; empty inputs stay empty."""
+        """``rpr-mt translate``'s output for ``lines`` (the format of ``rpr_mt.decode.translate``, sentence splitting
+        included): one line per input, or with nbest N > 1, N lines ``index<TAB>score<TAB>text`` each; empty inputs
+        stay empty. All sentences of all lines are searched as one job."""
+        from rpr_mt.decode.translate import format_outputs, sentence_units
+
         decode = decode or self.decode
-        indices = [i for i, line in enumerate(lines) if line.strip() and self.vocab.encode(line.strip())]
-        found = dict(zip(indices, self.search([self.vocab.encode(lines[i].strip()) for i in indices], decode)))
-        outputs: list[str] = []
-        for index in range(len(lines)):
-            hyps = found.get(index)
-            if decode.nbest == 1:
-                outputs.append(self.vocab.decode(hyps[0].tokens) if hyps else "")
-            elif hyps is None:
-                outputs.extend(f"{index}\t{0.0:.4f}\t" for _ in range(decode.nbest))
-            else:
-                outputs.extend(f"{index}\t{h.score:.4f}\t{self.vocab.decode(h.tokens)}" for h in hyps)
-        return outputs
+        # exports from before the languages were recorded split with the segmenter's default rules
+        texts, owners = sentence_units(list(lines), decode.split_sentences, self.info.get("src_lang"))
+        units = [u for u, text in enumerate(texts) if self.vocab.encode(text)]
+        found = dict(zip(units, self.search([self.vocab.encode(texts[u]) for u in units], decode)))
+        return format_outputs(len(lines), owners, found, self.vocab.decode, decode, self.info.get("tgt_lang"))

@@ -8,6 +8,13 @@ Output format
   log-probability (``Hypothesis.score``, 4 decimals). Fewer than N only if the vocabulary cannot fill the beam.
 * Empty (or all-whitespace) input lines give empty translations without running the model; with nbest > 1 they
   give N lines ``index<TAB>0.0000<TAB>`` so every input has the same number of lines.
+
+Sentence splitting (``decode.split_sentences``, on by default): each line is split into sentences
+(``rpr_mt.decode.segment``), all sentences of all lines are batched together as lines are without it, and each line's
+translations are joined into its one output line. A one-sentence line is translated exactly as without splitting.
+With nbest N > 1, a line of several sentences gets N entries: entry k joins each sentence's k-th best (its last where
+it has fewer), scored as one hypothesis would be (the sentences' log-probabilities summed, GNMT-normalised by their
+total length with each eos), best first.
 """
 
 from __future__ import annotations
@@ -17,17 +24,22 @@ import logging
 import sys
 import zlib
 from pathlib import Path
-from typing import Any, Iterable, Union
+from typing import Any, Callable, Iterable, Optional, Union
 
 import torch
 from tqdm import tqdm
 
 from rpr_mt.config import DecodeConfig
-from rpr_mt.decode.search import Hypothesis, beam_search, greedy_search
+from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search
+from rpr_mt.decode.segment import join_sentences, split_sentences
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
 
 logger = logging.getLogger(__name__)
+
+# The short-output warning's threshold: 1% of the dev set's translations fall below the model's ratio by definition,
+# so more than twice that many short outputs is what the warning reports.
+SHORT_RATE = 0.02
 
 
 def read_lines(path: Union[str, Path]) -> list[str]:
@@ -74,6 +86,9 @@ def translate_lines(
     device: Union[str, torch.device],
     progress: bool = False,
     full_prefix: bool = False,
+    src_lang: Optional[str] = None,
+    tgt_lang: Optional[str] = None,
+    min_length_ratio: Optional[float] = None,
 ) -> list[str]:
     """Translate ``lines``; returns the output lines (see the module docstring for the format).
 
@@ -82,17 +97,25 @@ def translate_lines(
     ``decode.max_tokens`` padded source tokens (at least one sentence). Greedy search when ``beam_size == 1``.
     The model is put in eval mode for the call and its previous mode restored. ``full_prefix=True`` recomputes
     every prefix without the decoder cache (same output, slower: for benchmarks and tests).
+
+    ``src_lang``/``tgt_lang`` (ISO 639-1): the rules for splitting sentences and for joining their translations
+    (``None``: the segmenter's default rules). ``min_length_ratio``: one warning with the count of output lines
+    shorter than that many pieces per source piece when there are more than ``SHORT_RATE`` of them (default: the
+    model's ``dev_length_ratio_floor``, which ``load_for_inference`` sets from the checkpoint's dev statistics).
     """
     lines = list(lines)
+    if min_length_ratio is None:
+        min_length_ratio = getattr(model, "dev_length_ratio_floor", None)
     if torch.device(device).type == "cpu":
         keep_freed_memory()  # decoding reallocates the same beams every step; see rpr_mt.host
     if decode.nbest > decode.beam_size:
         raise UserError(f"decode.nbest ({decode.nbest}) must be <= decode.beam_size ({decode.beam_size})")
+    texts, owners = sentence_units(lines, decode.split_sentences, src_lang)
     limit = model.max_positions - 1  # room for the source's eos
-    sources: dict[int, list[int]] = {}  # input index -> source ids (eos appended); empty lines left out
+    sources: dict[int, list[int]] = {}  # unit index -> source ids (eos appended); empty units left out
     truncated = 0
-    for index, line in enumerate(lines):
-        ids = vocab.encode(line.strip()) if line.strip() else []
+    for index, text in enumerate(texts):
+        ids = vocab.encode(text)
         if not ids:
             continue
         if len(ids) > limit:
@@ -101,8 +124,8 @@ def translate_lines(
         sources[index] = ids + [model.eos_id]
     if truncated:
         logger.warning(
-            "%d of %d input lines were longer than %d pieces (the model's max_positions - 1) and were truncated",
-            truncated, len(lines), limit,
+            "%d of %d input %s were longer than %d pieces (the model's max_positions - 1) and were truncated",
+            truncated, len(texts), "sentences" if decode.split_sentences else "lines", limit,
         )
 
     hypotheses: dict[int, list[Hypothesis]] = {}
@@ -110,9 +133,9 @@ def translate_lines(
     model.eval()
     try:
         with torch.inference_mode(), tqdm(
-            total=len(lines), disable=not progress, file=sys.stderr, unit="sent", desc="translate"
+            total=len(texts), disable=not progress, file=sys.stderr, unit="sent", desc="translate"
         ) as bar:
-            bar.update(len(lines) - len(sources))  # empty lines are done already
+            bar.update(len(texts) - len(sources))  # empty sentences are done already
             for batch in _batches(sources, decode.max_tokens):
                 src = _pad([sources[i] for i in batch], model.pad_id, device)  # [B, S]
                 for index, hyps in zip(batch, _search(model, src, decode, full_prefix)):
@@ -121,16 +144,78 @@ def translate_lines(
     finally:
         model.train(was_training)
 
-    outputs: list[str] = []
-    for index in range(len(lines)):
-        hyps = hypotheses.get(index)
-        if decode.nbest == 1:
-            outputs.append(vocab.decode(hyps[0].tokens) if hyps else "")
-        elif hyps is None:
-            outputs.extend(f"{index}\t{0.0:.4f}\t" for _ in range(decode.nbest))
-        else:
-            outputs.extend(f"{index}\t{h.score:.4f}\t{vocab.decode(h.tokens)}" for h in hyps)
+    outputs = format_outputs(len(lines), owners, hypotheses, vocab.decode, decode, tgt_lang)
+    if min_length_ratio and decode.nbest == 1:
+        short = short_outputs(lines, outputs, vocab.encode, min_length_ratio)
+        if len(short) > SHORT_RATE * len(lines):
+            warn_short_outputs(short, len(lines), min_length_ratio)
     return outputs
+
+
+def sentence_units(lines: list[str], split: bool, src_lang: Optional[str]) -> tuple[list[str], list[int]]:
+    """What is translated: each line's sentences (``split``) or the stripped line, and the line each belongs to.
+    A blank line has none."""
+    texts: list[str] = []
+    owners: list[int] = []
+    for index, line in enumerate(lines):
+        if split:
+            parts = split_sentences(line, src_lang)
+        else:
+            parts = [line.strip()] if line.strip() else []
+        texts += parts
+        owners += [index] * len(parts)
+    return texts, owners
+
+
+def format_outputs(
+    n_lines: int, owners: list[int], hypotheses: dict[int, list[Hypothesis]], decode_ids: Callable[[list[int]], str],
+    decode: DecodeConfig, tgt_lang: Optional[str],
+) -> list[str]:
+    """The output lines (module docstring) from each unit's hypotheses; ``owners[u]``: the input line of unit u."""
+    per_line: list[list[list[Hypothesis]]] = [[] for _ in range(n_lines)]
+    for unit, line in enumerate(owners):
+        if hypotheses.get(unit):
+            per_line[line].append(hypotheses[unit])
+    outputs: list[str] = []
+    for index, units in enumerate(per_line):
+        if decode.nbest == 1:
+            outputs.append(join_sentences([decode_ids(hyps[0].tokens) for hyps in units], tgt_lang))
+        elif not units:
+            outputs.extend(f"{index}\t{0.0:.4f}\t" for _ in range(decode.nbest))
+        elif len(units) == 1:
+            outputs.extend(f"{index}\t{h.score:.4f}\t{decode_ids(h.tokens)}" for h in units[0])
+        else:
+            entries = []
+            for k in range(max(len(hyps) for hyps in units)):
+                chosen = [hyps[min(k, len(hyps) - 1)] for hyps in units]
+                length = sum(len(h.tokens) + 1 for h in chosen)  # each sentence's eos counts, as in Hypothesis.score
+                score = sum(h.logprob for h in chosen) / gnmt_length_penalty(length, decode.length_penalty)
+                entries.append((score, join_sentences([decode_ids(h.tokens) for h in chosen], tgt_lang)))
+            entries.sort(key=lambda e: -e[0])  # stable
+            outputs.extend(f"{index}\t{score:.4f}\t{text}" for score, text in entries)
+    return outputs
+
+
+def short_outputs(
+    lines: list[str], outputs: list[str], encode: Callable[[str], list[int]], min_ratio: float
+) -> list[int]:
+    """0-based numbers of the non-empty input lines whose output has fewer than ``min_ratio`` pieces per source
+    piece: a translation far shorter than the model's dev set makes normal, e.g. sentences left out."""
+    short = []
+    for index, (line, output) in enumerate(zip(lines, outputs)):
+        n_src = len(encode(line.strip())) if line.strip() else 0
+        if n_src and len(encode(output.strip()) if output.strip() else []) < min_ratio * n_src:
+            short.append(index)
+    return short
+
+
+def warn_short_outputs(short: list[int], n_lines: int, min_ratio: float) -> None:
+    """The one warning for ``short_outputs``."""
+    shown = ", ".join(str(i + 1) for i in short[:5]) + (", ..." if len(short) > 5 else "")
+    logger.warning(
+        "%d of %d translations are shorter than the model translates 99%% of its dev set (fewer than %.2f output "
+        "pieces per source piece; lines %s): sentences may have been left out", len(short), n_lines, min_ratio, shown,
+    )
 
 
 def _search(model: Any, src: torch.Tensor, decode: DecodeConfig, full_prefix: bool) -> list[list[Hypothesis]]:

@@ -95,8 +95,13 @@ def evaluate_long(
     factors: Sequence[int] = FACTORS,
     edges: Sequence[int] = LENGTH_EDGES,
     log: Callable[[str], None] = print,
+    split: bool = False,
 ) -> dict[str, Any]:
-    """Decode and score the original and joined dev/test sets with one finished run (module docstring)."""
+    """Decode and score the original and joined dev/test sets with one finished run (module docstring).
+
+    ``split``: translate each line sentence by sentence (``decode.split_sentences``; what ``rpr-mt translate`` does
+    by default) instead of whole, which the study measures. Its hypotheses go to ``long_split/`` and its record to
+    ``long_results_split.json``, beside the whole-line ones, which stay as they are."""
     import torch
 
     from rpr_mt.data.prepare import reference_files
@@ -105,7 +110,8 @@ def evaluate_long(
     from rpr_mt.train.checkpoint import load_for_inference
 
     run_dir = Path(cfg.train.run_dir)
-    out_path = run_dir / "long_results.json"
+    out_path = run_dir / ("long_results_split.json" if split else "long_results.json")
+    long_dir = "long_split" if split else "long"
     fingerprint = sets_fingerprint(cfg, factors, edges)
     previous = json.loads(out_path.read_text(encoding="utf-8")) if out_path.is_file() else {}
     if previous.get("fingerprint") == fingerprint:
@@ -118,13 +124,13 @@ def evaluate_long(
         return model, checkpoint
 
     vocab = Vocab.load(Path(cfg.data.output_dir) / "spm.model")
-    decode = dataclasses.replace(cfg.decode, nbest=1)
+    decode = dataclasses.replace(cfg.decode, nbest=1, split_sentences=split)
     # Hypothesis files are reused only if they were decoded with today's settings: the sweep's <split>.hyp as its
     # result.json records, those in long/ as long/decode.json does (absent: made with the sweep's, by older code).
     settings = decode_settings(cfg)
     result = json.loads((run_dir / "result.json").read_text(encoding="utf-8"))
     sweep_decode = recorded_decode(result)
-    sidecar = run_dir / "long" / "decode.json"
+    sidecar = run_dir / long_dir / "decode.json"
     if (json.loads(sidecar.read_text(encoding="utf-8")) if sidecar.is_file() else sweep_decode) != settings:
         for stale in sorted(sidecar.parent.glob("*.hyp")):  # made otherwise: none of them is reused
             stale.unlink()
@@ -134,18 +140,19 @@ def evaluate_long(
     record: dict[str, Any] = {"fingerprint": fingerprint,
                               "checkpoint_file": previous.get("checkpoint_file", result.get("checkpoint_file")),
                               "sets": {}, "buckets": {}, "max_train_tokens": cfg.data.max_train_tokens,
-                              "max_positions": cfg.model.max_positions, "decode": settings}
-    for split in SPLITS:
-        src_path, ref_path = reference_files(cfg.data.output_dir, split)
+                              "max_positions": cfg.model.max_positions, "decode": settings,
+                              **({"split_sentences": True} if split else {})}
+    for part in SPLITS:
+        src_path, ref_path = reference_files(cfg.data.output_dir, part)
         all_src: list[str] = []
         all_hyp: list[str] = []
         all_ref: list[str] = []
         for factor, (sources, references) in long_sets(read_lines(src_path), read_lines(ref_path), factors).items():
-            name = f"{split}.x{factor}"
+            name = f"{part}.x{factor}"
             # x1: the sweep's own decoding if it was made with today's settings, else one of our own beside the
             # joined sets (the sweep's file stays what its result.json scored)
-            own = factor == 1 and sweep_decode == settings
-            hyp_path = run_dir / (f"{split}.hyp" if own else f"long/{name}.hyp")
+            own = factor == 1 and sweep_decode == settings and not split
+            hyp_path = run_dir / (f"{part}.hyp" if own else f"{long_dir}/{name}.hyp")
             pieces = [len(vocab.encode(line)) for line in sources]
             if hyp_path.is_file() and len(read_lines(hyp_path)) == len(sources):
                 hypotheses = read_lines(hyp_path)
@@ -153,7 +160,8 @@ def evaluate_long(
                 log(f"{run_dir}: decoding {name} ({len(sources)} inputs, up to {max(pieces)} pieces)")
                 model, checkpoint = model_and_checkpoint()
                 record["checkpoint_file"] = checkpoint.name
-                hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"))
+                hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"),
+                                             src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
                 hyp_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = hyp_path.with_name(hyp_path.name + ".tmp")
                 tmp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
@@ -175,7 +183,7 @@ def evaluate_long(
             all_src += sources
             all_hyp += hypotheses
             all_ref += references
-        record["buckets"][split] = [
+        record["buckets"][part] = [
             {"bucket": b.label, "low": b.low, "high": b.high, "sentences": count, "bleu": bleu}
             for b, (count, bleu) in zip(buckets, bleu_by_length(all_src, all_hyp, all_ref, buckets))
         ]

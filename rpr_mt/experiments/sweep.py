@@ -101,6 +101,7 @@ LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("train", "init_from"): (None, None),
     ("train", "reset_optimizer"): (True, True),
     ("decode", "min_length"): (1, 0),
+    ("decode", "split_sentences"): (True, False),
     ("data", "multi30k_text"): ("raw", "raw"),
 }
 
@@ -132,7 +133,7 @@ def recorded_decode(record: dict[str, Any]) -> dict[str, Any]:
     their outputs were made with the behaviour before it (``LATER_SETTINGS``)."""
     found = dict(record.get("decode") or {k: record[k] for k in ("beam_size", "length_penalty") if k in record})
     for (section, key), (_, before) in LATER_SETTINGS.items():
-        if section == "decode":
+        if section == "decode" and key in DECODE_KEYS:  # split_sentences: sweeps decode whole lines regardless
             found.setdefault(key, before)
     return found
 
@@ -256,7 +257,9 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
         return None
     which = "average" if cfg.train.average_last > 1 else "last"
     model, _, vocab, checkpoint = load_for_inference(run_dir, which)
-    decode = dataclasses.replace(cfg.decode, nbest=1)
+    # Whole lines, as before sentence splitting existed: the recorded scores stay comparable (and Multi30k's
+    # captions are one sentence each, so splitting would change nothing there).
+    decode = dataclasses.replace(cfg.decode, nbest=1, split_sentences=False)
     record: dict[str, Any] = {
         "run": run.directory,
         "seed": run.seed,

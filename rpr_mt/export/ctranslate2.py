@@ -360,6 +360,8 @@ def export_ctranslate2(
             "quantization": quantization,
             "sentencepiece_model": MODEL_FILE,
             "decode": config_to_dict(config.decode),
+            "src_lang": config.data.src_lang,  # sentence splitting's rules (ExportedTranslator.translate_lines)
+            "tgt_lang": config.data.tgt_lang,
         }
         (staged / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         _fsync_tree(staged)

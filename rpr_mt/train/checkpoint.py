@@ -306,4 +306,6 @@ def load_for_inference(
     except RuntimeError as exc:  # torch lists every mismatch over many lines: name the file and the first one
         first = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), str(exc))
         raise UserError(f"{resolved}: its weights do not fit the model its config describes ({first})") from None
+    # The dev set's 1st-percentile output/source length ratio, if recorded: translate_lines warns below it.
+    model.dev_length_ratio_floor = (payload.get("dev") or {}).get("length_ratio_p01")
     return model.to(device).eval(), config, vocab, resolved

@@ -342,8 +342,12 @@ def evaluate_loss(model: Seq2Seq, data, indices: np.ndarray, cfg: Config, device
     return total / max(tokens, 1), tokens
 
 
-def dev_bleu(model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: torch.device) -> float | None:
-    """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``."""
+def dev_bleu(
+    model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: torch.device
+) -> tuple[float, float | None] | None:
+    """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, and the 1st
+    percentile of their output/source length ratio in pieces (``length_ratio_floor``: translate warns when many
+    outputs fall below it)."""
     import sacrebleu
 
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -355,8 +359,16 @@ def dev_bleu(model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: 
     n = cfg.train.valid_max_sentences
     sources, references = read_lines(src_path)[:n], read_lines(ref_path)[:n]
     decode = dataclasses.replace(cfg.decode, beam_size=cfg.train.valid_beam_size, nbest=1)
-    hypotheses = translate_lines(model, vocab, sources, decode=decode, device=device, progress=False)
-    return float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    hypotheses = translate_lines(model, vocab, sources, decode=decode, device=device, progress=False,
+                                 src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang, min_length_ratio=0.0)
+    bleu = float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    return bleu, length_ratio_floor(sources, hypotheses, vocab.encode)
+
+
+def length_ratio_floor(sources: list[str], hypotheses: list[str], encode: Callable[[str], list[int]]) -> float | None:
+    """The 1st percentile of output pieces / source pieces over the non-empty sources (None if there are none)."""
+    ratios = [len(encode(h)) / len(encode(s)) for s, h in zip(sources, hypotheses) if s.strip() and encode(s)]
+    return float(np.percentile(ratios, 1)) if ratios else None
 
 
 def train(
@@ -747,13 +759,16 @@ def _validate(model, vocab, dev_data, data_dir, cfg, device, dd, state: TrainSta
     if dd.is_main:
         nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
         record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
-        bleu = None
+        bleu = floor = None
         if t.valid_bleu:
-            bleu = dev_bleu(model, vocab, data_dir, cfg, device)
-            if bleu is not None:
+            scores = dev_bleu(model, vocab, data_dir, cfg, device)
+            if scores is not None:
+                bleu, floor = scores
                 record["dev_bleu"] = bleu
         dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
                "beam_size": t.valid_beam_size}
+        if floor is not None:  # read back by load_for_inference: translate's short-output warning
+            dev["length_ratio_p01"] = floor
         if state.add_validation(dev):
             checkpoints.save_best(state)  # with these weights' own scores, now the best
         record["best_dev_bleu"] = state.best_bleu

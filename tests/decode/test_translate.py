@@ -14,7 +14,7 @@ from rpr_mt.config import DecodeConfig
 from rpr_mt.decode.translate import read_lines, translate_lines
 from rpr_mt.errors import UserError
 
-from . import BOS, EOS, ID, PAD, TOKEN, VOCAB_SIZE, ScriptedModel, copy_script
+from . import BOS, EOS, ID, PAD, TOKEN, VOCAB_SIZE, ScriptedModel, copy_script, ids
 
 
 class StubVocab:
@@ -86,7 +86,11 @@ def test_long_lines_are_truncated_with_one_warning(caplog: pytest.LogCaptureFixt
     assert out[0] == "a b c d" and out[1] == "a b" and out[2] == "a b c d"
     warnings = [r for r in caplog.records if r.levelno == logging.WARNING]
     assert len(warnings) == 1
-    assert "2 of 3 input lines" in warnings[0].getMessage()
+    assert "2 of 3 input sentences" in warnings[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run(["a b c d e f", "a b", "a b c d e"], model=model, split_sentences=False)
+    assert "2 of 3 input lines" in caplog.records[0].getMessage()
 
 
 def test_nbest_format() -> None:
@@ -175,3 +179,71 @@ def test_read_lines_corrupt_gzip_is_a_user_error(tmp_path) -> None:
     packed.write_bytes(bytes(data[: len(data) // 2]))  # truncated
     with pytest.raises(UserError, match=r"x\.de\.gz: cannot read"):
         read_lines(packed)
+
+
+class PunctVocab(StubVocab):
+    """One letter = one piece, capitals as small letters, nothing for spaces and sentence marks: "Ab. C" is a b c."""
+
+    def encode(self, text: str) -> list[int]:
+        return [ID[c] for c in text.lower() if c in ID]
+
+
+def run_split(lines, model=None, min_length_ratio=None, **decode):
+    model = model or ScriptedModel(copy_script)
+    config = DecodeConfig(**{"beam_size": 3, "max_tokens": 1000, **decode})
+    return translate_lines(model, PunctVocab(), lines, decode=config, device="cpu", src_lang="en", tgt_lang="de",
+                           min_length_ratio=min_length_ratio)
+
+
+def test_a_line_of_sentences_is_translated_sentence_by_sentence_and_joined() -> None:
+    model = ScriptedModel(copy_script)
+    sources: list[list[int]] = []
+    encode = model.encode
+    model.encode = lambda src: sources.extend(r[r != PAD].tolist() for r in src) or encode(src)  # type: ignore
+    lines = ["Ab. Cde? Fg.", "", "  Gh  ", "I. Jk"]  # "I." alone: an initial, not a sentence
+    assert run_split(lines, model=model) == ["a b c d e f g", "", "g h", "i j k"]  # one output line per input line
+    # every sentence of every line is one source, all in the same length-sorted batch (max_tokens allows it)
+    assert sources == [ids("c d e") + [EOS], ids("i j k") + [EOS], ids("a b") + [EOS], ids("f g") + [EOS],
+                       ids("g h") + [EOS]]
+    sources.clear()
+    assert run_split(lines, model=model, split_sentences=False) == ["a b c d e f g", "", "g h", "i j k"]
+    assert len(sources) == 3  # whole lines
+
+
+def test_nbest_of_a_split_line_keeps_the_format() -> None:
+    out = run_split(["Ab. Cd.", "E"], nbest=2)
+    fields = [line.split("\t") for line in out]
+    assert [f[0] for f in fields] == ["0", "0", "1", "1"]
+    assert fields[0][2] == "a b c d" and fields[2][2] == "e"
+    assert float(fields[0][1]) >= float(fields[1][1]) and fields[1][2] != fields[0][2]
+
+
+def test_short_outputs_are_counted_in_one_warning(caplog: pytest.LogCaptureFixture) -> None:
+    from . import table_script
+
+    # "a b c d" translates to "a" alone: a quarter of its source, below the dev set's floor of 0.5 per piece
+    model = ScriptedModel(table_script({"a b c d": {"": {"a": 1.0}, "a": {"</s>": 1.0}}}))  # "abcd" in PunctVocab
+    with caplog.at_level(logging.WARNING):
+        run_split(["abcd"], model=model, min_length_ratio=0.5)
+    assert len(caplog.records) == 1 and "1 of 1 translations are shorter" in caplog.records[0].getMessage()
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_split(["abcd"], model=model, min_length_ratio=0.2)  # above the floor: nothing said
+        model.dev_length_ratio_floor = 0.5  # what load_for_inference sets from the checkpoint
+        run_split(["abcd"], model=model)
+    assert len(caplog.records) == 1
+
+
+def test_a_one_sentence_line_is_translated_as_without_splitting() -> None:
+    """Splitting on and off give the same translation of Multi30k-like one-sentence lines with a real model."""
+    from rpr_mt.config import ModelConfig
+    from rpr_mt.model.transformer import Seq2Seq
+
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=32, n_heads=4, encoder_layers=1, decoder_layers=1, ff_dim=64, dropout=0.0,
+                         positions="relative", max_positions=32, clip=3)
+    model = Seq2Seq(config, vocab_size=VOCAB_SIZE, pad_id=PAD, bos_id=BOS, eos_id=EOS)
+    lines = ["A man rides.", "Two dogs run?", "no final mark", "  a  boy  plays  ", "A girl, e.g. Anna, sings."]
+    for beam in (1, 4):
+        assert (run_split(lines, model=model, beam_size=beam)
+                == run_split(lines, model=model, beam_size=beam, split_sentences=False))

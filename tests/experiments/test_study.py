@@ -283,3 +283,24 @@ def test_output_lengths_are_the_hypotheses_own(study_root):
                                                            f"{statistics.fmean(seen):.1f}", "0%"]
     refs = long_sets(*(read_lines(p) for p in reference_files(cfg.data.output_dir, "test")), (4,))[4][1]
     assert rows["references"][1] == f"{statistics.median(len(vocab.encode(r)) for r in refs):.1f}"
+
+
+def test_long_sets_decoded_sentence_by_sentence_go_beside_the_whole_line_ones(study_root, monkeypatch):
+    """evaluate_long(split=True): the 'with splitting' row of docs/positions.md, without touching the study's own."""
+    from rpr_mt.decode import translate
+
+    config, runs_root = study_root
+    cfg = configs(config, runs_root)["base/seed1"]
+    run_dir = runs_root / "base/seed1"
+    whole = evaluate_long(cfg, log=lambda _: None)
+    before = (run_dir / "long_results.json").read_text()
+    seen: list[bool] = []
+    real = translate.translate_lines
+    monkeypatch.setattr(translate, "translate_lines",
+                        lambda *a, **k: seen.append(k["decode"].split_sentences) or real(*a, **k))
+    record = evaluate_long(cfg, log=lambda _: None, split=True)
+    assert seen == [True] * 8  # every set decoded anew, x1 too (the sweep's x1 was decoded whole)
+    assert record["split_sentences"] is True and "split_sentences" not in whole
+    assert json.loads((run_dir / "long_results_split.json").read_text()) == record
+    assert len(list((run_dir / "long_split").glob("*.x4.hyp"))) == 2
+    assert (run_dir / "long_results.json").read_text() == before

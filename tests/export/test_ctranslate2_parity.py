@@ -134,3 +134,20 @@ def test_plain_ctranslate2_greedy_equals_rpr_mt(exported, export_data):
                                             max_decoding_length=limit + 1)[0]
         assert skip or sp.decode(result.hypotheses[0]) == mine
     assert at_limit.count(False) >= MIN_COMPARED
+
+
+def test_exported_translator_splits_sentences_as_translate_does(exported):
+    """All sentences of all lines go to one search; each line gets one output line; --no-split's config key too."""
+    model, cfg, vocab, directory = exported
+    translator = ExportedTranslator(directory, threads=1)
+    searched: list[int] = []
+    real = translator.search
+    translator.search = lambda sources, decode=None: searched.append(len(sources)) or real(sources, decode)
+    lines = ["A man rides a bike. A dog runs. They stop.", "", "Two kids play."]
+    greedy = dataclasses.replace(cfg.decode, beam_size=1)
+    split = translator.translate_lines(lines, greedy)
+    assert searched == [4] and len(split) == 3 and split[1] == ""
+    whole = translator.translate_lines(lines, dataclasses.replace(greedy, split_sentences=False))
+    assert searched == [4, 2] and whole[2] == split[2]  # a one-sentence line: the same translation
+    assert split == translate_lines(model, vocab, lines, decode=greedy, device="cpu", src_lang=cfg.data.src_lang,
+                                    tgt_lang=cfg.data.tgt_lang)
