@@ -9,7 +9,7 @@
         --plot docs/img/positions_bleu_by_length.png --bootstrap --lengths --speed-json results/study_speed.json
     # the long sets translated sentence by sentence, as `rpr-mt translate` does by default (finished runs whose
     # checkpoints are still there; each run's long_results_split.json and long_split/*.hyp, beside the whole-line ones)
-    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2 \
+    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2 \\
         --split-sentences
     # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
     python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
