@@ -258,7 +258,7 @@ def average_checkpoints_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/checkpoint_avg.pt."),
 ) -> None:
     """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""
-    from rpr_mt.train import checkpoint as ckpt
+    from rpr_mt import checkpoints as ckpt
 
     if last < 1:
         raise UserError("--last must be >= 1")
@@ -338,7 +338,7 @@ def _device(name: str):
 
 
 def _load_model(checkpoint: Path, which: str, device: str):
-    from rpr_mt.train.checkpoint import load_for_inference
+    from rpr_mt.checkpoints import load_for_inference
 
     # Say which file a run directory resolved to and what it holds: best, last and average differ.
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)

@@ -12,8 +12,8 @@ import torch
 from typer.testing import CliRunner
 
 import rpr_mt
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.cli import app
-from rpr_mt.train import checkpoint as ckpt
 
 runner = CliRunner()
 

@@ -317,7 +317,7 @@ def export_ctranslate2(
     """
     _import_ctranslate2()
     from rpr_mt.model.transformer import Seq2Seq
-    from rpr_mt.train.checkpoint import load_checkpoint, resolve_checkpoint, vocab_from_payload
+    from rpr_mt.checkpoints import load_checkpoint, resolve_checkpoint, vocab_from_payload
 
     if quantization is not None and quantization not in quantization_types():
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")

@@ -1,11 +1,16 @@
-"""Checkpoints: atomic writes, ``weights_only`` loads, keep-last-N, averaging, and rebuilding a model for inference.
+"""Checkpoint files: atomic writes, ``weights_only`` loads, averaging, and rebuilding a model for inference.
+
+Everything that reads a checkpoint uses this module: ``rpr-mt translate`` and ``export``, the trainer (resuming,
+``train.init_from``) and the experiments. It stands below ``train``, ``decode`` and ``export``, so that decoding
+never imports the trainer. Which numbered checkpoints a run keeps, and when it writes them, is the trainer's
+concern (``rpr_mt.train.checkpointing``).
 
 Layout of a run directory::
 
     run_dir/config.yaml                          the fully resolved config of the run
     run_dir/metrics.jsonl                        one JSON record per log line / validation
     run_dir/tensorboard/                         the same scalars for TensorBoard (train.tensorboard)
-    run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last kept)
+    run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last)
     run_dir/checkpoints/checkpoint_best.pt       best dev BLEU (dev loss when BLEU is off)
     run_dir/checkpoints/checkpoint_avg.pt        from `rpr-mt average-checkpoints` or train.average_last
 
@@ -143,40 +148,6 @@ def list_step_checkpoints(run_dir: str | Path) -> list[Path]:
         return []
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_PATTERN.search(p.name))]
     return [p for _, p in sorted(found)]
-
-
-def latest_valid_checkpoint(run_dir: str | Path, warn=print) -> tuple[Path, dict[str, Any]] | None:
-    """The newest numbered checkpoint that loads; corrupt ones are reported by name and skipped."""
-    for path in reversed(list_step_checkpoints(run_dir)):
-        try:
-            return path, load_checkpoint(path)
-        except UserError as exc:
-            warn(f"warning: {exc}; falling back to the previous checkpoint")
-    return None
-
-
-def prune_checkpoints(run_dir: str | Path, keep_last: int, save_every: int | None = None) -> None:
-    """Keep the newest ``keep_last`` numbered checkpoints. With ``save_every``, first drop every older checkpoint
-    off that grid but the newest: the one an interrupted run saved when it was stopped. Once the resumed run has
-    saved past it, it is superseded, so an interrupted run keeps (and averages) the same checkpoints as an
-    uninterrupted one."""
-    paths = list_step_checkpoints(run_dir)
-    if save_every is not None:
-        for path in paths[:-1]:
-            if int(STEP_PATTERN.search(path.name).group(1)) % save_every != 0:
-                path.unlink(missing_ok=True)
-        paths = list_step_checkpoints(run_dir)
-    for path in paths[:-keep_last]:
-        path.unlink(missing_ok=True)
-
-
-def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
-    """Delete the temporary files of checkpoint writes that a kill interrupted (``.checkpoint_*.tmp``)."""
-    directory = checkpoint_dir(run_dir)
-    stale = sorted(directory.glob(".*.tmp")) if directory.is_dir() else []
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
