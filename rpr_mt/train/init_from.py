@@ -26,11 +26,10 @@ def init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, 
     if state["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
         raise UserError(f"train.init_from: {source} was trained with another vocabulary than "
                         f"{data_dir / 'spm.model'}; fine-tuning needs data prepared with the checkpoint's vocabulary")
-    try:
-        model.load_state_dict(state["model"])
-    except RuntimeError as exc:
-        first = str(exc).strip().splitlines()[0][:160]
-        raise UserError(f"train.init_from: {source} does not fit this model section ({first})") from None
+    problem = ckpt.weights_mismatch(model, state["model"])
+    if problem is not None:
+        raise UserError(f"train.init_from: {source} does not fit this model section ({problem})")
+    model.load_state_dict(state["model"])
     if not t.reset_optimizer:
         if not state.get("optimizer"):
             raise UserError(f"train.init_from: {source} has no optimizer state (an averaged checkpoint?); "
