@@ -412,8 +412,11 @@ def _setup(
     version: bool = typer.Option(False, "--version", callback=_print_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    # Library modules report progress through `logging`; the CLI shows INFO messages as plain lines on stderr.
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # rpr_mt's modules report progress through `logging`; the CLI shows their INFO messages as plain lines on stderr.
+    # Only theirs: an INFO root logger also showed other libraries' INFO lines, e.g. torch's "FakeTensor cache stats"
+    # at exit after a Ctrl-C had interrupted torch's own logging set-up.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("rpr_mt").setLevel(logging.INFO)
 
 
 def main() -> None:

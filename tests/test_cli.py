@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -158,3 +161,22 @@ def test_export_bad_input(tmp_path):
     (tmp_path / "notes.txt").write_text("not a model\n")
     assert_one_line_error(run("export", str(tmp_path), "--output", str(tmp_path), "--force"),
                           "not a CTranslate2 model directory")
+
+
+def test_the_cli_shows_rpr_mt_info_lines_and_no_other_library_s(tmp_path):
+    """A second Ctrl-C during start-up once ended in torch's "FakeTensor cache stats" lines: torch logs them at INFO
+    from an atexit hook, and an interrupted import leaves torch's loggers unconfigured (level NOTSET), so an INFO
+    root logger showed them. The CLI shows INFO lines of rpr_mt's own modules only."""
+    script = (
+        "import logging\n"
+        "from rpr_mt import cli\n"
+        "cli._setup(version=False)\n"
+        "import torch._subclasses.fake_tensor  # registers the atexit hook that logs the stats\n"
+        "logging.getLogger('torch').setLevel(logging.NOTSET)  # as an import interrupted before torch set it leaves it\n"
+        "logging.getLogger('rpr_mt.data.prepare').info('an rpr_mt line')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(rpr_mt.__file__).parent.parent)})
+    assert result.returncode == 0, result.stderr
+    assert "an rpr_mt line" in result.stderr
+    assert "FakeTensor" not in result.stderr, result.stderr

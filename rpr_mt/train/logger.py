@@ -72,7 +72,10 @@ class Logger:
             self.bar.update(step - self.bar.n)  # update(), not n = step: tqdm's rate and time left come from it
 
     def close(self) -> None:
+        """Close the bar and the TensorBoard writer; later messages are plain lines."""
         if self.bar is not None:
             self.bar.close()
+            self.bar = None
         if self.tensorboard is not None:
             self.tensorboard.close()
+            self.tensorboard = None

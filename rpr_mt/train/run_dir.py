@@ -7,10 +7,13 @@
 from __future__ import annotations
 
 import dataclasses
+import os
 from pathlib import Path
 from typing import Any, Callable
 
+from rpr_mt.checkpoints import checkpoint_dir
 from rpr_mt.config import Config, config_to_dict
+from rpr_mt.errors import UserError
 from rpr_mt.train.checkpointing import latest_valid_checkpoint
 
 # Train keys that may change between an interrupted run and its resumption (stopping rules, logging, threads).
@@ -18,6 +21,22 @@ RESUMABLE_TRAIN_KEYS = {
     "max_steps", "max_epochs", "max_time", "patience", "log_every", "save_every", "validate_every", "keep_last",
     "num_threads", "valid_bleu", "valid_max_sentences", "valid_beam_size", "average_last", "max_bad_updates", "device",
 }
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Before any work (preparing data can take long): ``run_dir`` is a directory that this process can write, or
+    one it can create. Nothing is created here: a command that fails later leaves the disk as it was."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:  # the directory that mkdir would create below
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"train.run_dir: {run_dir} cannot be created: {existing} is not a directory")
+    for directory in (existing, checkpoint_dir(run_dir)):
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            what = "cannot be written" if directory != existing or existing == run_dir else "cannot be created"
+            raise UserError(f"train.run_dir: {run_dir} {what}: {directory} is not writable")
 
 
 def saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:

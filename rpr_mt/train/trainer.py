@@ -47,7 +47,7 @@ from rpr_mt.train.init_from import init_from
 from rpr_mt.train.logger import Logger
 from rpr_mt.train.loss import TranslationLoss
 from rpr_mt.train.optimizer import build_optimizer
-from rpr_mt.train.run_dir import config_differences, saved_config
+from rpr_mt.train.run_dir import check_run_dir, config_differences, saved_config
 from rpr_mt.train.schedule import learning_rate
 from rpr_mt.train.signals import StopSignal
 from rpr_mt.train.state import TrainState
@@ -120,8 +120,7 @@ def train(
     log = dd.log
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
-    if run_dir.exists() and not run_dir.is_dir():
-        raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    check_run_dir(run_dir)
     if more_steps is not None and not ckpt.list_step_checkpoints(run_dir):
         raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
     if more_steps is not None and t.lr_schedule == "budget":
@@ -199,6 +198,14 @@ def train(
         t = dataclasses.replace(t, max_steps=state.step + more_steps, max_epochs=None, max_time=None, patience=None)
         cfg = dataclasses.replace(cfg, train=t)
         log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")
+    if found is not None and (finished := _stop_reason(t, state, dd, device)):
+        # The command of a finished run, again: validating, saving or rewriting config.yaml would change the run
+        # (its patience count, its config's stopping rules, a duplicate dev record) without training it.
+        log(f"{run_dir} is already finished ({_finished_because(finished, t, state)}): nothing to train, nothing "
+            f"changed; --more-steps N trains N more updates")
+        seconds = time.monotonic() - start_time
+        return TrainResult(run_dir, state.step, state.epoch, finished, state.best_bleu, found[0], n_params, 0,
+                           seconds, peak_memory_mb(device), state.elapsed_before, state.run_tokens())
     if dd.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
         save_config(cfg, config_path)
@@ -213,13 +220,13 @@ def train(
     batches = BatchStream(train_data, train_indices, t, model, dd, state)
     logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = LogWindow(ThroughputMonitor())
-    stopped_by = ""
     bad_updates = 0  # non-finite losses in a row
 
     # -- the loop: one update per pass ------------------------------------------------------------------------------
     model.train()
+    stopped_by = _stop_reason(t, state, dd, device)
     with StopSignal() as stop_signal:
-        while not (stopped_by := _stop_reason(t, state, dd, device)):
+        while not stopped_by:
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
                 stopped_by = "signal"
                 break
@@ -253,6 +260,7 @@ def train(
                         f"{bad_updates} non-finite losses in a row at update {state.step + 1}: stopping; the last "
                         f"good checkpoint is {last} (try a lower learning rate or fp32)"
                     )
+                stopped_by = _stop_reason(t, state, dd, device)
                 continue
             bad_updates = 0
 
@@ -267,7 +275,8 @@ def train(
             state.tokens += update_tokens
             window.add(loss_sum, nll_sum, update_tokens, sum(b.global_src_tokens for b in micro))
 
-            # log, validate, save
+            # log, validate, save; the stopping rules come after the validation (patience counts it) and before
+            # the save: the last update's checkpoint is written once, below, after its own validation
             if state.step % t.log_every == 0 or state.step == 1:
                 window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger, device.type)
             else:
@@ -275,23 +284,24 @@ def train(
             paused = time.monotonic()
             if state.step % t.validate_every == 0 and dev_data is not None:
                 validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
-            if state.step % t.save_every == 0:
+            stopped_by = _stop_reason(t, state, dd, device)
+            if state.step % t.save_every == 0 and not stopped_by:
                 checkpoints.save(state)
             window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
 
-    # -- the end: a final validation and checkpoint, the average of the last checkpoints ----------------------------
+    # -- the end: the last update validated, then its checkpoint, the average of the last checkpoints --------------
     if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
         validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
         checkpoints.save(state)
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
         average_last(run_dir, t, logger)
+    logger.close()  # the bar first: the summary is the last line on screen
     logger.message(
         f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
         + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
         + f"checkpoint {checkpoints.last}"
     )
-    logger.close()
     dd.barrier()
     seconds = time.monotonic() - start_time
     return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
@@ -332,3 +342,14 @@ def _stop_reason(t: TrainConfig, state: TrainState, dd: Distributed, device: tor
     if t.patience is not None and state.bad_validations >= t.patience:
         return "patience"
     return ""
+
+
+def _finished_because(reason: str, t: TrainConfig, state: TrainState) -> str:
+    """Why a resumed run has nothing left to train, in words (``reason`` from ``_stop_reason``)."""
+    if reason == "max_steps":
+        return f"it is at update {state.step}, and train.max_steps is {t.max_steps}"
+    if reason == "max_epochs":
+        return f"it has trained {state.epoch} epoch(s), and train.max_epochs is {t.max_epochs}"
+    if reason == "max_time":
+        return f"it has trained {state.elapsed_before:.0f}s, and train.max_time is {t.max_time:g}s"
+    return f"its last {state.bad_validations} validations did not improve, and train.patience is {t.patience}"
