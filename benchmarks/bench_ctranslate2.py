@@ -50,7 +50,7 @@ def random_checkpoint(workdir: Path, args) -> Path:
     """A random exportable model (Shaw, shared tables) over a SentencePiece model trained on Multi30k sentences."""
     from rpr_mt.data.vocab import Vocab, train_sentencepiece
     from rpr_mt.model.transformer import Seq2Seq
-    from rpr_mt.train import checkpoint as ckpt
+    from rpr_mt import checkpoints as ckpt
 
     sentences = []
     for lang in (args.src, args.tgt):
@@ -120,7 +120,7 @@ def main() -> None:
         source = args.checkpoint or random_checkpoint(workdir, args)
         export_ctranslate2(source, workdir / "float32", which=args.which)
         export_ctranslate2(source, workdir / "int8", which=args.which, quantization="int8")
-        from rpr_mt.train.checkpoint import load_for_inference
+        from rpr_mt.checkpoints import load_for_inference
 
         model, cfg, vocab, resolved = load_for_inference(source, args.which, "cpu")
         src_lang, tgt_lang = (cfg.data.src_lang, cfg.data.tgt_lang) if args.checkpoint else (args.src, args.tgt)

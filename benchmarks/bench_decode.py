@@ -59,7 +59,7 @@ def load_vocab(args, workdir: Path):
 def models(args, workdir: Path):
     """(label, model, vocab) for each model to benchmark."""
     if args.checkpoint:
-        from rpr_mt.train.checkpoint import load_for_inference
+        from rpr_mt.checkpoints import load_for_inference
 
         for path in args.checkpoint:
             model, config, vocab, resolved = load_for_inference(path, args.which, "cpu")

@@ -77,7 +77,7 @@ def table_row(row: dict) -> str:
 def build(preset: str, scheme: str, args: argparse.Namespace):
     from rpr_mt.config import config_from_dict
     from rpr_mt.model.transformer import Seq2Seq
-    from rpr_mt.train.trainer import TranslationLoss
+    from rpr_mt.train.loss import TranslationLoss
 
     raw = {"preset": preset, "positions": "absolute" if scheme == "absolute" else "relative", "max_positions": 256}
     if args.tiny:
@@ -107,7 +107,7 @@ def attention_impl(scheme: str):
 def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Namespace) -> tuple[float, float | None]:
     """(target tokens/s, peak MiB) of --updates timed training updates after --warmup."""
     from rpr_mt.train.batching import collate, make_batches
-    from rpr_mt.train.trainer import _autocast
+    from rpr_mt.train.device import autocast
 
     device = torch.device(args.device)
     model, module = build(preset, scheme, args)
@@ -124,7 +124,7 @@ def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Name
                     torch.cuda.reset_peak_memory_stats()
                 start = time.perf_counter()
             batch = collate(data, batches[i % len(batches)], 0, 2, 3).to(device)
-            with _autocast(device, args.precision):
+            with autocast(device, args.precision):
                 loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
             (loss / batch.global_tgt_tokens).backward()
             optimizer.step()

@@ -46,7 +46,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rpr_mt.decode.segment import split_sentences
     from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.train.checkpoint import load_for_inference
+    from rpr_mt.checkpoints import load_for_inference
 
     if args.quick:
         args.checkpoint, args.repeats = args.checkpoint or str(QUICK_CHECKPOINT), 1

@@ -38,7 +38,8 @@ from rpr_mt.config import ModelConfig
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches
-from rpr_mt.train.trainer import TranslationLoss, _autocast
+from rpr_mt.train.device import autocast
+from rpr_mt.train.loss import TranslationLoss
 
 SCHEMES = list(typing.get_args(typing.get_type_hints(ModelConfig)["positions"]))
 MULTI30K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "train.de.gz"
@@ -116,7 +117,7 @@ def measure(positions: str | ModelConfig, precision: str, data: SyntheticIds, ar
     for i in range(args.warmup + args.updates):
         batch = collate(data, batches[i % len(batches)], 0, 2, 3)
         start = time.perf_counter()
-        with _autocast(device, precision):
+        with autocast(device, precision):
             loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
         (loss / batch.global_tgt_tokens).backward()
         optimizer.step()

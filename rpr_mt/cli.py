@@ -298,7 +298,7 @@ def average_checkpoints_command(
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/checkpoint_avg.pt."),
 ) -> None:
     """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""
-    from rpr_mt.train import checkpoint as ckpt
+    from rpr_mt import checkpoints as ckpt
 
     if last < 1:
         raise UserError("--last must be >= 1")
@@ -385,7 +385,7 @@ def _device(name: str):
 
 
 def _load_model(checkpoint: Path, which: str, device: str):
-    from rpr_mt.train.checkpoint import load_for_inference
+    from rpr_mt.checkpoints import load_for_inference
 
     # Say which file a run directory resolved to and what it holds: best, last and average differ.
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)
@@ -474,8 +474,11 @@ def _setup(
     version: bool = typer.Option(False, "--version", "-V", callback=_print_version, is_eager=True,
                                  help="Print the version and exit."),
 ) -> None:
-    # Library modules report progress through `logging`; the CLI shows INFO messages as plain lines on stderr.
-    logging.basicConfig(level=logging.INFO, format="%(message)s", stream=sys.stderr)
+    # rpr_mt's modules report progress through `logging`; the CLI shows their INFO messages as plain lines on stderr.
+    # Only theirs: an INFO root logger also showed other libraries' INFO lines, e.g. torch's "FakeTensor cache stats"
+    # at exit after a Ctrl-C had interrupted torch's own logging set-up.
+    logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
+    logging.getLogger("rpr_mt").setLevel(logging.INFO)
 
 
 def main() -> None:

@@ -13,6 +13,7 @@ from typing import Any
 
 from rpr_mt.errors import UserError
 from rpr_mt.metrics import METRICS_FILE, read_records
+from rpr_mt.plotting import pyplot  # matplotlib is an optional extra; pyplot() says how to install it
 
 __all__ = ["read_curves", "plot_run"]
 
@@ -41,8 +42,6 @@ def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[st
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     """Draw loss (train and dev), dev BLEU, learning rate and target tokens/s against the update; returns the PNG's
     path (default: RUN/curves.png). The tokens/s panel leaves out the first log window (start-up, not speed)."""
-    from rpr_mt.experiments.tables import pyplot  # matplotlib is an optional extra; pyplot() says how to install it
-
     run_dir = Path(run_dir)
     output = Path(output) if output is not None else run_dir / "curves.png"
     plt = pyplot()

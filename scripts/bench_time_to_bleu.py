@@ -27,7 +27,7 @@ from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines, translate_lines
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
-from rpr_mt.train.checkpoint import load_for_inference
+from rpr_mt.checkpoints import load_for_inference
 from rpr_mt.train.trainer import train
 
 

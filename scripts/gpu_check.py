@@ -186,7 +186,7 @@ def ddp_worker(out: str, device_kind: str = "cuda") -> None:
 
     from rpr_mt.config import config_from_dict
     from rpr_mt.model.transformer import Seq2Seq
-    from rpr_mt.train.trainer import TranslationLoss
+    from rpr_mt.train.loss import TranslationLoss
 
     cuda = device_kind == "cuda"
     dist.init_process_group("nccl" if cuda else "gloo")

@@ -62,6 +62,14 @@ def setup(root: Path) -> dict[str, str]:
     misfit.pop("checksum", None)
     misfit["config"]["model"]["d_model"] = 2 * misfit["config"]["model"]["d_model"]
     torch.save(misfit, root / "misfit.pt")
+    misfit = torch.load(OTHER, weights_only=True)  # an exportable model: export reads its weights
+    misfit.pop("checksum", None)
+    misfit["config"]["model"]["d_model"] = 2 * misfit["config"]["model"]["d_model"]
+    torch.save(misfit, root / "misfit_abs.pt")
+    broken_vocab = torch.load(FIXTURE, weights_only=True)  # written before checksums: nothing catches it on load
+    broken_vocab.pop("checksum", None)
+    broken_vocab["vocab"]["spm_model"] = torch.frombuffer(bytearray(b"not a sentencepiece model"), dtype=torch.uint8)
+    torch.save(broken_vocab, root / "broken_vocab.pt")
     torch.save({"fn": _Pickled()}, root / "code.pt")
     for name, text in {
         "heads.yaml": "model:\n  d_model: 10\n  n_heads: 4\n",
@@ -209,6 +217,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
                                                          f"{r}/src.en"], "nomodel.pt"),
     ("translate: weights that do not fit the config", lambda r: ["translate", "--checkpoint", f"{r}/misfit.pt", "-i",
                                                                  f"{r}/src.en"], "misfit.pt"),
+    ("translate: a broken vocabulary inside the checkpoint", lambda r: ["translate", "--checkpoint",
+                                                                       f"{r}/broken_vocab.pt", "-i", f"{r}/src.en"],
+     "broken_vocab.pt: its vocabulary is broken"),
+    ("export: weights that do not fit the config", lambda r: ["export", f"{r}/misfit_abs.pt", "--output", f"{r}/ct2"],
+     "misfit_abs.pt: its weights do not fit the model its config describes"),
     ("translate: directory that is not a run", lambda r: ["translate", "--checkpoint", f"{r}/not_a_run"],
      "not_a_run"),
     ("translate: input is a directory", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i",
@@ -237,6 +250,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
                                                   f"{r}/outdir"], "outdir is a directory"),
     ("average: missing input", lambda r: ["average-checkpoints", f"{r}/nope.pt", f"{r}/model.pt", "-o",
                                           f"{r}/avg.pt"], "nope.pt"),
+    ("train: run_dir below a file", lambda r: ["train", "--set", f"train.run_dir={r}/afile/run", "--set",
+                                               f"data.output_dir={r}/data", "--set", "data.source=demo"],
+     "afile/run cannot be created"),
     ("train: heads do not divide d_model", lambda r: ["train", "--config", f"{r}/heads.yaml"], "n_heads"),
     ("train: dropout above 1", lambda r: ["train", "--config", f"{r}/dropout.yaml"], "model.dropout"),
     ("train: negative clip", lambda r: ["train", "--config", f"{r}/clip.yaml"], "model.clip"),

@@ -4,7 +4,10 @@ from __future__ import annotations
 
 import gzip
 import json
+import os
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -12,8 +15,8 @@ import torch
 from typer.testing import CliRunner
 
 import rpr_mt
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.cli import app
-from rpr_mt.train import checkpoint as ckpt
 
 runner = CliRunner()
 
@@ -236,3 +239,22 @@ def test_translate_splits_sentences_unless_no_split(tmp_path, monkeypatch):
         assert len(out.read_text(encoding="utf-8").split("\n")) == 4  # 3 lines and the final newline
     cfg_src = ckpt.load_checkpoint(fixture)["config"]["data"]["src_lang"]
     assert seen == [(True, cfg_src), (False, cfg_src)]
+
+
+def test_the_cli_shows_rpr_mt_info_lines_and_no_other_library_s(tmp_path):
+    """A second Ctrl-C during start-up once ended in torch's "FakeTensor cache stats" lines: torch logs them at INFO
+    from an atexit hook, and an interrupted import leaves torch's loggers unconfigured (level NOTSET), so an INFO
+    root logger showed them. The CLI shows INFO lines of rpr_mt's own modules only."""
+    script = (
+        "import logging\n"
+        "from rpr_mt import cli\n"
+        "cli._setup(version=False)\n"
+        "import torch._subclasses.fake_tensor  # registers the atexit hook that logs the stats\n"
+        "logging.getLogger('torch').setLevel(logging.NOTSET)  # as an import interrupted before torch set it leaves it\n"
+        "logging.getLogger('rpr_mt.data.prepare').info('an rpr_mt line')\n"
+    )
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, timeout=300,
+                            env={**os.environ, "PYTHONPATH": str(Path(rpr_mt.__file__).parent.parent)})
+    assert result.returncode == 0, result.stderr
+    assert "an rpr_mt line" in result.stderr
+    assert "FakeTensor" not in result.stderr, result.stderr

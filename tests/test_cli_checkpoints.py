@@ -9,10 +9,10 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.cli import app
 from rpr_mt.config import config_from_dict
 from rpr_mt.curves import read_curves
-from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.trainer import train
 from tests.test_cli import assert_one_line_error
 from tests.train.test_trainer import demo_data, tiny  # noqa: F401 (demo_data is a fixture)

@@ -19,7 +19,8 @@ from sacrebleu.metrics import BLEU
 
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.outputs import cell_rows, load_split_outputs
-from rpr_mt.experiments.tables import SweepResults, mean_std, pyplot
+from rpr_mt.experiments.tables import SweepResults, mean_std
+from rpr_mt.plotting import pyplot
 
 
 @dataclass(frozen=True)

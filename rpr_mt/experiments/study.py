@@ -107,7 +107,7 @@ def evaluate_long(
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.data.vocab import Vocab
     from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.train.checkpoint import load_for_inference
+    from rpr_mt.checkpoints import load_for_inference
 
     run_dir = Path(cfg.train.run_dir)
     out_path = run_dir / ("long_results_split.json" if split else "long_results.json")
@@ -295,7 +295,7 @@ def render_bucket_table(sweep: Any, split: str = "test") -> str:
 
 def plot_study(sweep: Any, out_path: str | Path, split: str = "test") -> Path:
     """BLEU against source length (buckets over the original and joined sets) per scheme, as a PNG."""
-    from rpr_mt.experiments.tables import pyplot
+    from rpr_mt.plotting import pyplot
 
     plt = pyplot()
     labels, rows = bucket_table(sweep, split)

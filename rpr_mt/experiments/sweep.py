@@ -246,7 +246,7 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     from rpr_mt.data.prepare import prepare, reference_files
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.evaluate import score
-    from rpr_mt.train.checkpoint import load_for_inference
+    from rpr_mt.checkpoints import load_for_inference
     from rpr_mt.train.trainer import train
 
     run_dir = Path(cfg.train.run_dir)

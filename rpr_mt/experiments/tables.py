@@ -14,8 +14,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from rpr_mt.curves import read_curves
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.sweep import TABLE_NAMES, table_cells
+from rpr_mt.plotting import pyplot
 
 # Shaw et al. (2018). Table 1: newstest2014 BLEU of the base model, En-De / En-Fr. Tables 2 and 3: newstest2013
 # (dev) BLEU of the En-De base model. docs/reproduction.md says which of these were checked against the paper.
@@ -156,8 +158,6 @@ def _code_lines(sweep: SweepResults) -> list[str]:
 def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     """A run's training and validation records in update order, each update once: the records of updates that a
     resumed invocation redid are replaced by the redone ones (``rpr_mt.curves.read_curves``)."""
-    from rpr_mt.curves import read_curves
-
     if not (run_dir / "metrics.jsonl").is_file():
         return []
     try:
@@ -165,18 +165,6 @@ def read_metrics(run_dir: Path) -> list[dict[str, Any]]:
     except UserError:  # no records yet
         return []
     return sorted(train + dev, key=lambda record: record["step"])  # stable: an update's training record first
-
-
-def pyplot() -> Any:
-    """matplotlib.pyplot on the file-only Agg backend, or a UserError saying how to install it (an optional extra)."""
-    try:
-        import matplotlib
-
-        matplotlib.use("Agg")
-        import matplotlib.pyplot as plt
-    except ImportError as exc:
-        raise UserError("plots need matplotlib: pip install 'rpr-mt[plots]'") from exc
-    return plt
 
 
 def plot(sweep: SweepResults, out_dir: str | Path, prefix: str = "") -> list[Path]:

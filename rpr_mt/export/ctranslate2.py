@@ -316,8 +316,7 @@ def export_ctranslate2(
     empty or a CTranslate2 model directory.
     """
     _import_ctranslate2()
-    from rpr_mt.model.transformer import Seq2Seq
-    from rpr_mt.train.checkpoint import load_checkpoint, resolve_checkpoint, vocab_from_payload
+    from rpr_mt.checkpoints import load_checkpoint, model_from_payload, resolve_checkpoint
 
     if quantization is not None and quantization not in quantization_types():
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")
@@ -339,10 +338,7 @@ def export_ctranslate2(
     reason = unsupported_reason(config.model)  # before building anything
     if reason is not None:
         raise UserError(reason)
-    vocab = vocab_from_payload(payload["vocab"])
-    model = Seq2Seq(config.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    model.load_state_dict(payload["model"])
-    model.eval()
+    model, vocab = model_from_payload(payload, config, resolved)  # the same checks and errors as translate
     spec = build_spec(model, vocab)
 
     output.parent.mkdir(parents=True, exist_ok=True)

@@ -7,16 +7,23 @@ which is what checkpoints store.
 
 Distributed training splits every batch between ranks (rank r takes rows r, r + W, ...), so W processes see exactly
 the global batch that one process would see, and the loss is normalised by the global target-token count.
+``BatchStream`` is the training loop's view: one batch after another, across epochs, keeping the resume point.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Iterator, Protocol
+from typing import TYPE_CHECKING, Iterator, Protocol
 
 import numpy as np
 import torch
 from torch import Tensor
+
+if TYPE_CHECKING:
+    from rpr_mt.config import TrainConfig
+    from rpr_mt.model.transformer import Seq2Seq
+    from rpr_mt.train.distributed import Distributed
+    from rpr_mt.train.state import TrainState
 
 
 class ParallelIdsLike(Protocol):
@@ -142,3 +149,31 @@ class EpochIterator:
             rows = self.batches[self.position]
             self.position += 1
             yield collate(self.data, rows, self.pad_id, self.bos_id, self.eos_id, self.rank, self.world)
+
+
+class BatchStream:
+    """The training batches in order, across epochs, keeping ``state.epoch`` and ``state.position`` (the resume
+    point) up to date."""
+
+    def __init__(self, data, indices: np.ndarray, t: TrainConfig, model: Seq2Seq, dd: Distributed,
+                 state: TrainState) -> None:
+        self.data, self.indices, self.t, self.model, self.dd, self.state = data, indices, t, model, dd, state
+        self._start(state.position)
+
+    def _start(self, position: int) -> None:
+        t, model, dd = self.t, self.model, self.dd
+        self.iterator = EpochIterator(
+            self.data, self.indices, max_tokens=t.max_tokens, seed=t.seed, epoch=self.state.epoch, pad_id=model.pad_id,
+            bos_id=model.bos_id, eos_id=model.eos_id, rank=dd.rank, world=dd.world, start=position,
+        )
+        self.batches = iter(self.iterator)
+
+    def next(self) -> Batch:
+        while True:
+            batch = next(self.batches, None)
+            if batch is not None:
+                self.state.position = self.iterator.position
+                return batch
+            self.state.epoch += 1
+            self.state.position = 0
+            self._start(0)

@@ -2,8 +2,13 @@
 
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 import torch
-from torch import Tensor
+from torch import Tensor, nn
+
+if TYPE_CHECKING:
+    from rpr_mt.model.transformer import Seq2Seq
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
@@ -55,9 +60,24 @@ def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[
     padding costs neither the log-softmax nor the loss. Half-precision logits (autocast) are computed in float32, and
     their gradient returns in their own dtype; float32 and float64 stay as they are.
     """
-    dtype = logits.dtype
-    if dtype in (torch.float16, torch.bfloat16):
+    if logits.dtype in (torch.float16, torch.bfloat16):
         logits = logits.float()
     with torch.autocast(logits.device.type, enabled=False):
         loss, nll = _LabelSmoothedCrossEntropy.apply(logits, target, float(epsilon))
     return loss, nll
+
+
+class TranslationLoss(nn.Module):
+    """Model + label-smoothed loss in one module, so DistributedDataParallel wraps the whole forward."""
+
+    def __init__(self, model: Seq2Seq, label_smoothing: float) -> None:
+        super().__init__()
+        self.model = model
+        self.label_smoothing = label_smoothing
+
+    def forward(self, src: Tensor, tgt_in: Tensor, tgt_out: Tensor) -> tuple[Tensor, Tensor]:
+        hidden = self.model.decode_hidden(tgt_in, self.model.encode(src))  # [B, T, D]
+        keep = tgt_out.ne(self.model.pad_id)
+        # Project only non-pad positions: padding then costs neither the vocabulary matmul nor the log-softmax.
+        logits = self.model.output_logits(hidden[keep])  # [N, V]
+        return label_smoothed_nll(logits, tgt_out[keep], self.label_smoothing)

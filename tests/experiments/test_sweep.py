@@ -9,6 +9,7 @@ from pathlib import Path
 
 import pytest
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import config_from_dict, config_to_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
@@ -27,7 +28,6 @@ from rpr_mt.experiments.sweep import (
 )
 from rpr_mt.experiments.tables import load_sweep
 from rpr_mt.provenance import code_version
-from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.trainer import train
 from tests.train.test_trainer import tiny
 

@@ -14,6 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import rpr_mt.export.ctranslate2 as export
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.cli import app
 from rpr_mt.config import config_to_dict
 from rpr_mt.data.vocab import Vocab
@@ -21,7 +22,6 @@ from rpr_mt.decode.translate import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.export.ctranslate2 import export_ctranslate2, unsupported_reason
 from rpr_mt.model.transformer import Seq2Seq
-from rpr_mt.train import checkpoint as ckpt
 
 from .conftest import tiny_config
 

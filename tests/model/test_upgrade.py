@@ -15,7 +15,7 @@ import torch
 from rpr_mt.config import DecodeConfig
 from rpr_mt.decode.translate import translate_lines
 from rpr_mt.model.upgrade import upgrade_state_dict
-from rpr_mt.train.checkpoint import average_checkpoints, load_for_inference
+from rpr_mt.checkpoints import average_checkpoints, load_for_inference
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "old_checkpoints_expected.json").read_text())

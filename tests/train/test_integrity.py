@@ -10,9 +10,10 @@ from pathlib import Path
 import pytest
 import torch
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import config_from_dict
 from rpr_mt.errors import UserError
-from rpr_mt.train import checkpoint as ckpt
+from rpr_mt.train import checkpointing
 from rpr_mt.train.trainer import train
 from tests.train.test_trainer import demo_data, final_weights, tiny  # noqa: F401  (fixture)
 
@@ -41,7 +42,7 @@ def test_newest_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
     newest = ckpt.step_checkpoint_path(run, 8)
     newest.write_bytes(newest.read_bytes()[:-100])  # truncated
     warnings: list[str] = []
-    path, state = ckpt.latest_valid_checkpoint(run, warn=warnings.append)
+    path, state = checkpointing.latest_valid_checkpoint(run, warn=warnings.append)
     assert path.name == "checkpoint_00000004.pt" and state["step"] == 4
     assert "checkpoint_00000008.pt" in warnings[0] and "falling back" in warnings[0]
 
@@ -63,7 +64,7 @@ def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, m
     with pytest.raises(UserError, match="cannot be read \\(Permission denied\\)"):
         ckpt.load_checkpoint(newest)
     warnings: list[str] = []
-    path, state = ckpt.latest_valid_checkpoint(run, warn=warnings.append)
+    path, state = checkpointing.latest_valid_checkpoint(run, warn=warnings.append)
     assert path.name == "checkpoint_00000004.pt" and "checkpoint_00000008.pt" in warnings[0]
 
 
@@ -85,15 +86,15 @@ def test_prune_drops_superseded_off_grid_checkpoints_and_stale_temporaries(tmp_p
     run = tmp_path / "run"
     for step in (4, 8, 10, 12):  # 10: saved when a signal stopped the run; 12 the first save after resuming
         ckpt.save_checkpoint(payload(), ckpt.step_checkpoint_path(run, step))
-    ckpt.prune_checkpoints(run, keep_last=5, save_every=4)
+    checkpointing.prune_checkpoints(run, keep_last=5, save_every=4)
     assert [p.name for p in ckpt.list_step_checkpoints(run)] == ["checkpoint_00000004.pt", "checkpoint_00000008.pt",
                                                                   "checkpoint_00000012.pt"]
     ckpt.save_checkpoint(payload(), ckpt.step_checkpoint_path(run, 14))  # the end, off the grid: kept
-    ckpt.prune_checkpoints(run, keep_last=5, save_every=4)
+    checkpointing.prune_checkpoints(run, keep_last=5, save_every=4)
     assert ckpt.list_step_checkpoints(run)[-1].name == "checkpoint_00000014.pt"
     stale = ckpt.checkpoint_dir(run) / ".checkpoint_00000016.pt.abc123.tmp"
     stale.write_bytes(b"half a checkpoint")
-    assert ckpt.remove_stale_temporaries(run) == [stale] and not stale.exists()
+    assert checkpointing.remove_stale_temporaries(run) == [stale] and not stale.exists()
 
 
 def test_resume_survives_an_empty_config_and_another_spelling_of_the_path(tmp_path, demo_data, monkeypatch):  # noqa: F811

@@ -6,6 +6,7 @@ from __future__ import annotations
 import contextlib
 import io
 import json
+import os
 import re
 from pathlib import Path
 
@@ -13,9 +14,9 @@ import pytest
 import torch
 import yaml
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import config_from_dict
 from rpr_mt.errors import UserError
-from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train import trainer
 from rpr_mt.train.trainer import train
 from tests.train.test_trainer import demo_data, final_weights, tiny  # noqa: F401 (demo_data is a fixture)
@@ -121,8 +122,64 @@ def test_init_from_rejects_another_vocabulary_and_a_missing_optimizer(tmp_path, 
     with pytest.raises(UserError, match="train.init_from: checkpoint not found"):
         train(config_from_dict(raw), progress=False)
     raw = tiny(demo_data, tmp_path / "d", model={"d_model": 64}, train={"max_steps": 1, "init_from": str(pretrained)})
-    with pytest.raises(UserError, match="does not fit this model section"):
+    # The first mismatch by name and shapes, not torch's header ("Error(s) in loading state_dict for Seq2Seq:").
+    with pytest.raises(UserError, match=r"does not fit this model section \(\S+ is \[\d+(, \d+)*\] in the checkpoint "
+                                        r"but \[\d+(, \d+)*\] in the model; \d+ more differences\)") as caught:
         train(config_from_dict(raw), progress=False)
+    assert "Error(s)" not in str(caught.value)
+
+
+# -- the run directory, before any work ---------------------------------------------------------------------------------
+
+
+def test_a_run_dir_below_a_file_is_refused_before_any_work(tmp_path):
+    (tmp_path / "afile").write_text("x\n")
+    raw = tiny(tmp_path / "data", tmp_path / "afile" / "run")
+    with pytest.raises(UserError, match=r"train.run_dir: \S+afile/run cannot be created: \S+afile is not a directory"):
+        train(config_from_dict(raw), progress=False)
+    assert not (tmp_path / "data").exists()  # refused before preparing the data
+
+
+@pytest.mark.skipif(os.geteuid() == 0, reason="root writes into a read-only directory")
+def test_a_run_dir_in_a_read_only_directory_is_refused_before_any_work(tmp_path):
+    (tmp_path / "locked").mkdir(mode=0o555)
+    raw = tiny(tmp_path / "data", tmp_path / "locked" / "run")
+    with pytest.raises(UserError, match=r"locked/run cannot be created: \S+locked is not writable"):
+        train(config_from_dict(raw), progress=False)
+    assert not (tmp_path / "data").exists()
+
+
+# -- the end of a run, and its command again ---------------------------------------------------------------------------
+
+
+def files(run_dir: Path) -> dict[str, bytes]:
+    return {str(p.relative_to(run_dir)): p.read_bytes() for p in sorted(run_dir.rglob("*")) if p.is_file()}
+
+
+def test_the_last_update_is_validated_before_its_checkpoint_is_written_once(tmp_path, demo_data):
+    """max_steps 10 is on the save grid (5) but not the validation grid (4): the final checkpoint carries the final
+    validation's scores, and the command run again changes nothing (no second dev record, no rewritten files)."""
+    run_dir = tmp_path / "run"
+    raw = tiny(demo_data, run_dir, train={"max_steps": 10, "save_every": 5, "validate_every": 4, "valid_bleu": False})
+    run(raw, progress=False)
+    last = ckpt.load_checkpoint(ckpt.step_checkpoint_path(run_dir, 10))
+    assert last["dev"] is not None and last["dev"]["step"] == 10
+    assert "no dev score recorded" not in ckpt.describe_checkpoint(last)
+    assert [r["step"] for r in metrics(run_dir) if "dev_nll" in r] == [4, 8, 10]
+
+    before = files(run_dir)
+    for max_steps in (10, 8):  # the same command, and one whose max_steps the run has passed
+        result, err = run({**raw, "train": {**raw["train"], "max_steps": max_steps}}, progress=False)
+        assert result.step == 10 and result.stopped_by == "max_steps"
+        assert f"is already finished (it is at update 10, and train.max_steps is {max_steps}): nothing to train" in err
+        assert "validation at" not in err
+        assert files(run_dir) == before
+
+
+def test_the_summary_is_the_last_line_after_the_progress_bar(finished):
+    _, err = finished
+    screen = [line.split("\r")[-1] for line in err.rstrip().split("\n")]
+    assert screen[-1].startswith("stopped by max_steps at update 12"), screen[-3:]
 
 
 # -- what a finished run wrote -----------------------------------------------------------------------------------------

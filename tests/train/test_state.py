@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import config_from_dict
-from rpr_mt.train import checkpoint as ckpt
 from rpr_mt.train.state import PAYLOAD_KEYS, TrainState
 from rpr_mt.train.trainer import train
 from tests.train.test_trainer import demo_data, final_weights, tiny  # noqa: F401  (demo_data is a fixture)

@@ -12,11 +12,12 @@ from pathlib import Path
 import pytest
 import torch
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import config_from_dict, config_to_dict, save_config
 from rpr_mt.data.prepare import prepare
 from rpr_mt.errors import UserError
-from rpr_mt.train import checkpoint as ckpt
-from rpr_mt.train.trainer import TranslationLoss, train
+from rpr_mt.train.loss import TranslationLoss
+from rpr_mt.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
 
@@ -171,13 +172,13 @@ def test_a_mapping_setting_that_gains_entries_is_a_different_config():
     import copy
 
     from rpr_mt.config import Config, config_to_dict
-    from rpr_mt.train.trainer import _config_differences
+    from rpr_mt.train.run_dir import config_differences
 
     new = config_to_dict(Config())
     old = copy.deepcopy(new)
     old["data"]["demo_sizes"] = {"train": new["data"]["demo_sizes"]["train"]}
-    assert [d.split(":")[0] for d in _config_differences(old, new)] == ["data.demo_sizes"]
-    assert _config_differences(new, copy.deepcopy(new)) == []
+    assert [d.split(":")[0] for d in config_differences(old, new)] == ["data.demo_sizes"]
+    assert config_differences(new, copy.deepcopy(new)) == []
 
 
 def test_truncated_latest_checkpoint_falls_back_to_the_previous_one(tmp_path, demo_data, capsys):

@@ -1,11 +1,16 @@
-"""Checkpoints: atomic writes, ``weights_only`` loads, keep-last-N, averaging, and rebuilding a model for inference.
+"""Checkpoint files: atomic writes, ``weights_only`` loads, averaging, and rebuilding a model for inference.
+
+Everything that reads a checkpoint uses this module: ``rpr-mt translate`` and ``export``, the trainer (resuming,
+``train.init_from``) and the experiments. It stands below ``train``, ``decode`` and ``export``, so that decoding
+never imports the trainer. Which numbered checkpoints a run keeps, and when it writes them, is the trainer's
+concern (``rpr_mt.train.checkpointing``).
 
 Layout of a run directory::
 
     run_dir/config.yaml                          the fully resolved config of the run
     run_dir/metrics.jsonl                        one JSON record per log line / validation
     run_dir/tensorboard/                         the same scalars for TensorBoard (train.tensorboard)
-    run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last kept)
+    run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last)
     run_dir/checkpoints/checkpoint_best.pt       best dev BLEU (dev loss when BLEU is off)
     run_dir/checkpoints/checkpoint_avg.pt        from `rpr-mt average-checkpoints` or train.average_last
 
@@ -34,6 +39,8 @@ from rpr_mt.faults import fault_point
 from rpr_mt.model.upgrade import upgrade_state_dict
 
 if TYPE_CHECKING:
+    from torch import nn
+
     from rpr_mt.model.transformer import Seq2Seq
 
 FORMAT = "rpr-mt-checkpoint/1"
@@ -145,40 +152,6 @@ def list_step_checkpoints(run_dir: str | Path) -> list[Path]:
     return [p for _, p in sorted(found)]
 
 
-def latest_valid_checkpoint(run_dir: str | Path, warn=print) -> tuple[Path, dict[str, Any]] | None:
-    """The newest numbered checkpoint that loads; corrupt ones are reported by name and skipped."""
-    for path in reversed(list_step_checkpoints(run_dir)):
-        try:
-            return path, load_checkpoint(path)
-        except UserError as exc:
-            warn(f"warning: {exc}; falling back to the previous checkpoint")
-    return None
-
-
-def prune_checkpoints(run_dir: str | Path, keep_last: int, save_every: int | None = None) -> None:
-    """Keep the newest ``keep_last`` numbered checkpoints. With ``save_every``, first drop every older checkpoint
-    off that grid but the newest: the one an interrupted run saved when it was stopped. Once the resumed run has
-    saved past it, it is superseded, so an interrupted run keeps (and averages) the same checkpoints as an
-    uninterrupted one."""
-    paths = list_step_checkpoints(run_dir)
-    if save_every is not None:
-        for path in paths[:-1]:
-            if int(STEP_PATTERN.search(path.name).group(1)) % save_every != 0:
-                path.unlink(missing_ok=True)
-        paths = list_step_checkpoints(run_dir)
-    for path in paths[:-keep_last]:
-        path.unlink(missing_ok=True)
-
-
-def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
-    """Delete the temporary files of checkpoint writes that a kill interrupted (``.checkpoint_*.tmp``)."""
-    directory = checkpoint_dir(run_dir)
-    stale = sorted(directory.glob(".*.tmp")) if directory.is_dir() else []
-    for path in stale:
-        path.unlink(missing_ok=True)
-    return stale
-
-
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     """A checkpoint file, or a run directory -> its best / last / averaged checkpoint."""
     path = Path(path)
@@ -277,12 +250,55 @@ def vocab_payload(spm_model_path: str | Path) -> dict[str, Any]:
     }
 
 
-def vocab_from_payload(vocab: dict[str, Any]) -> Vocab:
-    """Rebuild the SentencePiece vocabulary stored in a checkpoint (no dependency on the data directory)."""
+def vocab_from_payload(vocab: dict[str, Any], source: str | Path) -> Vocab:
+    """Rebuild the SentencePiece vocabulary stored in checkpoint ``source`` (no dependency on the data directory).
+
+    A broken one is a UserError naming ``source``: the temporary file it was read from is gone by then. (Checkpoints
+    with a checksum cannot hold one unnoticed; older ones can.)"""
+    data = vocab.get("spm_model")
+    if not isinstance(data, torch.Tensor) or data.dtype != torch.uint8:
+        raise UserError(f"checkpoint {source}: its vocabulary holds no SentencePiece model bytes")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spm.model"
-        path.write_bytes(vocab["spm_model"].numpy().tobytes())
-        return Vocab.load(path)
+        path.write_bytes(data.numpy().tobytes())
+        try:
+            return Vocab.load(path)
+        except UserError as exc:
+            reason = str(exc).removeprefix(f"{path}: ").replace(f" from {path}", "").replace(str(path), "spm.model")
+            raise UserError(f"checkpoint {source}: its vocabulary is broken ({reason})") from None
+
+
+def weights_mismatch(model: "nn.Module", weights: dict[str, torch.Tensor]) -> str | None:
+    """The first way ``weights`` do not fit ``model``, in words (a parameter's name and both shapes, or a name that
+    one side lacks), with the count of the others; None when they fit. torch's own error puts a header first and
+    every mismatch on its own line."""
+    expected = model.state_dict()
+    problems = []
+    for name, tensor in expected.items():
+        if name not in weights:
+            problems.append(f"{name} is missing from the checkpoint")
+        elif tuple(weights[name].shape) != tuple(tensor.shape):
+            problems.append(f"{name} is {list(weights[name].shape)} in the checkpoint but {list(tensor.shape)} in "
+                            "the model")
+    problems += [f"the checkpoint has {name}, which the model lacks" for name in weights if name not in expected]
+    if not problems:
+        return None
+    more = len(problems) - 1
+    return problems[0] + (f"; {more} more difference{'s' if more > 1 else ''}" if more else "")
+
+
+def model_from_payload(payload: dict[str, Any], config: Config, source: str | Path) -> tuple["Seq2Seq", Vocab]:
+    """The model (eval mode, on the CPU) that checkpoint ``source`` describes, with its weights, and its vocabulary.
+    Weights that do not fit the model its config describes are a one-line UserError naming the first mismatch."""
+    from rpr_mt.model.transformer import Seq2Seq  # deferred: keeps checkpoint I/O importable without the model
+
+    vocab = vocab_from_payload(payload["vocab"], source)
+    model = Seq2Seq(config.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
+    problem = weights_mismatch(model, payload["model"])
+    if problem is not None:
+        raise UserError(f"{source}: its weights do not fit the model its config describes ({problem})")
+    model.load_state_dict(payload["model"])
+    return model.eval(), vocab
 
 
 def load_for_inference(
@@ -292,20 +308,12 @@ def load_for_inference(
     """Model (eval mode), config and vocabulary from a checkpoint file or a run directory.
 
     ``report`` receives one line saying which file was loaded and what it holds (``describe_checkpoint``)."""
-    from rpr_mt.model.transformer import Seq2Seq  # deferred: keeps checkpoint I/O importable without the model
-
     resolved = resolve_checkpoint(path, which)
     payload = load_checkpoint(resolved)
     if report is not None:
         report(f"loaded {resolved} ({describe_checkpoint(payload)})")
     config = config_from_dict(payload["config"], origin=str(resolved))
-    vocab = vocab_from_payload(payload["vocab"])
-    model = Seq2Seq(config.model, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id)
-    try:
-        model.load_state_dict(payload["model"])
-    except RuntimeError as exc:  # torch lists every mismatch over many lines: name the file and the first one
-        first = next((line.strip() for line in str(exc).splitlines()[1:] if line.strip()), str(exc))
-        raise UserError(f"{resolved}: its weights do not fit the model its config describes ({first})") from None
+    model, vocab = model_from_payload(payload, config, resolved)
     # The dev set's 1st-percentile output/source length ratio, if recorded: translate_lines warns below it.
     model.dev_length_ratio_floor = (payload.get("dev") or {}).get("length_ratio_p01")
-    return model.to(device).eval(), config, vocab, resolved
+    return model.to(device), config, vocab, resolved

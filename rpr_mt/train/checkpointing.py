@@ -1,0 +1,94 @@
+"""A run's numbered checkpoints: when they are written, which are kept, the newest one that loads, and their average.
+
+The file format (writing, loading, verifying) is ``rpr_mt.checkpoints``; this module decides which files a training
+run holds.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+from torch import nn
+
+from rpr_mt.checkpoints import (
+    STEP_PATTERN, average_checkpoints, checkpoint_dir, list_step_checkpoints, load_checkpoint, save_checkpoint,
+    step_checkpoint_path,
+)
+from rpr_mt.config import TrainConfig
+from rpr_mt.errors import UserError
+from rpr_mt.train.distributed import Distributed
+from rpr_mt.train.logger import Logger
+from rpr_mt.train.state import TrainState
+
+
+def latest_valid_checkpoint(run_dir: str | Path, warn: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]] | None:
+    """The newest numbered checkpoint that loads; corrupt ones are reported by name and skipped."""
+    for path in reversed(list_step_checkpoints(run_dir)):
+        try:
+            return path, load_checkpoint(path)
+        except UserError as exc:
+            warn(f"warning: {exc}; falling back to the previous checkpoint")
+    return None
+
+
+def prune_checkpoints(run_dir: str | Path, keep_last: int, save_every: int | None = None) -> None:
+    """Keep the newest ``keep_last`` numbered checkpoints. With ``save_every``, first drop every older checkpoint
+    off that grid but the newest: the one an interrupted run saved when it was stopped. Once the resumed run has
+    saved past it, it is superseded, so an interrupted run keeps (and averages) the same checkpoints as an
+    uninterrupted one."""
+    paths = list_step_checkpoints(run_dir)
+    if save_every is not None:
+        for path in paths[:-1]:
+            if int(STEP_PATTERN.search(path.name).group(1)) % save_every != 0:
+                path.unlink(missing_ok=True)
+        paths = list_step_checkpoints(run_dir)
+    for path in paths[:-keep_last]:
+        path.unlink(missing_ok=True)
+
+
+def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
+    """Delete the temporary files of checkpoint writes that a kill interrupted (``.checkpoint_*.tmp``)."""
+    directory = checkpoint_dir(run_dir)
+    stale = sorted(directory.glob(".*.tmp")) if directory.is_dir() else []
+    for path in stale:
+        path.unlink(missing_ok=True)
+    return stale
+
+
+class Checkpoints:
+    """The run's checkpoint files, written by rank 0. Each holds ``TrainState.payload`` of this run's model,
+    optimizer and grad scaler; ``last`` is the numbered checkpoint this invocation saved last."""
+
+    def __init__(self, run_dir: Path, t: TrainConfig, dd: Distributed, *, model: nn.Module,
+                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device,
+                 config: dict[str, Any], vocab: dict[str, Any]) -> None:
+        self.run_dir, self.t, self.dd = run_dir, t, dd
+        self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab)
+        self.last: Path | None = None
+
+    def save(self, state: TrainState) -> None:
+        """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it."""
+        path = step_checkpoint_path(self.run_dir, state.step)
+        if self.dd.is_main:
+            save_checkpoint(state.payload(**self.parts), path)
+            prune_checkpoints(self.run_dir, self.t.keep_last, self.t.save_every)
+        self.last = path
+        self.dd.barrier()
+
+    def save_best(self, state: TrainState) -> None:
+        """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""
+        save_checkpoint(state.payload(**self.parts), checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
+
+
+def average_last(run_dir: Path, t: TrainConfig, logger: Logger) -> None:
+    """checkpoint_avg.pt: the mean of the last train.average_last numbered checkpoints (rank 0 only)."""
+    paths = list_step_checkpoints(run_dir)[-t.average_last:]
+    if len(paths) < t.average_last:
+        logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
+                       f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
+    save_checkpoint(average_checkpoints(paths), checkpoint_dir(run_dir) / "checkpoint_avg.pt")
+    logger.message(f"averaged {len(paths)} checkpoints into {checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
+
+

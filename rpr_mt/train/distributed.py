@@ -1,0 +1,54 @@
+"""Data-parallel set-up under ``torchrun``: which rank this process is, and the collective calls the loop needs.
+
+Every rank builds the same global batches and takes its share of each (``batching``), so W processes compute the
+same update as one process with the same global batch; rank 0 alone writes checkpoints, metrics and logs.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from dataclasses import dataclass
+
+import torch
+import torch.distributed as dist
+
+
+@dataclass
+class Distributed:
+    """This process's place among the ranks (one process: rank 0 of 1)."""
+
+    rank: int = 0
+    world: int = 1
+    local_rank: int = 0
+
+    @property
+    def is_main(self) -> bool:
+        return self.rank == 0
+
+    def log(self, text: str) -> None:
+        """A line on stderr, from rank 0 only."""
+        if self.is_main:
+            print(text, file=sys.stderr, flush=True)
+
+    def barrier(self) -> None:
+        if self.world > 1:
+            dist.barrier()
+
+    def all_true(self, flag: bool, device: torch.device) -> bool:
+        """``flag`` on every rank: decisions that every rank must take together."""
+        if self.world == 1:
+            return flag
+        value = torch.tensor([1.0 if flag else 0.0], device=device)
+        dist.all_reduce(value, op=dist.ReduceOp.MIN)
+        return bool(value.item() > 0)
+
+
+def init_distributed(device_kind: str) -> Distributed:
+    """Join the process group that torchrun describes in WORLD_SIZE / LOCAL_RANK (NCCL on CUDA, gloo on CPU)."""
+    world = int(os.environ.get("WORLD_SIZE", "1"))
+    if world <= 1:
+        return Distributed()
+    if not dist.is_initialized():
+        dist.init_process_group(backend="nccl" if device_kind == "cuda" else "gloo")
+    return Distributed(dist.get_rank(), dist.get_world_size(), int(os.environ.get("LOCAL_RANK", "0")))

@@ -1,0 +1,43 @@
+"""``train.init_from``: a new run that starts from another run's weights (fine-tuning)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any, Callable
+
+import torch
+
+from rpr_mt import checkpoints as ckpt
+from rpr_mt.config import TrainConfig
+from rpr_mt.errors import UserError
+from rpr_mt.model.transformer import Seq2Seq
+
+
+def init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, vocab_info: dict[str, Any],
+              data_dir: Path, log: Callable[[str], None]) -> None:
+    """Fine-tuning: a new run starts from the weights of ``train.init_from`` (its own update count, schedule and
+    data order start at zero, like fairseq's --finetune-from-model), with fresh Adam moments unless
+    ``train.reset_optimizer`` is false."""
+    try:
+        source = ckpt.resolve_checkpoint(t.init_from, "best")
+        state = ckpt.load_checkpoint(source)
+    except UserError as exc:
+        raise UserError(f"train.init_from: {exc}") from None
+    if state["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
+        raise UserError(f"train.init_from: {source} was trained with another vocabulary than "
+                        f"{data_dir / 'spm.model'}; fine-tuning needs data prepared with the checkpoint's vocabulary")
+    problem = ckpt.weights_mismatch(model, state["model"])
+    if problem is not None:
+        raise UserError(f"train.init_from: {source} does not fit this model section ({problem})")
+    model.load_state_dict(state["model"])
+    if not t.reset_optimizer:
+        if not state.get("optimizer"):
+            raise UserError(f"train.init_from: {source} has no optimizer state (an averaged checkpoint?); "
+                            "set train.reset_optimizer=true")
+        try:
+            optimizer.load_state_dict(state["optimizer"])
+        except ValueError as exc:
+            raise UserError(f"train.init_from: the optimizer state of {source} does not fit ({exc}); "
+                            "set train.reset_optimizer=true") from None
+    log(f"initialised from {source} ({ckpt.describe_checkpoint(state)}); "
+        f"optimizer {'reset' if t.reset_optimizer else 'state loaded'}; updates and schedule start at 0")

@@ -1,0 +1,81 @@
+"""What a run reports: a tqdm bar on a terminal (plain lines otherwise), metrics.jsonl and TensorBoard scalars."""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+from typing import Any
+
+
+def tensorboard_tag(key: str) -> str:
+    """The TensorBoard name of a metrics.jsonl key: dev_bleu -> dev/bleu, best_dev_bleu -> dev/best_bleu,
+    loss -> train/loss (two groups, so that TensorBoard shows training and validation curves apart)."""
+    if key.startswith("dev_"):
+        return "dev/" + key[4:]
+    if key.startswith("best_dev_"):
+        return "dev/best_" + key[9:]
+    return "train/" + key
+
+
+class Logger:
+    """tqdm bar on a terminal, plain lines otherwise; metrics.jsonl; TensorBoard scalars. Rank 0 only."""
+
+    def __init__(self, run_dir: Path, enabled: bool, progress: bool | None, total: int | None, initial: int,
+                 tensorboard: bool = True) -> None:
+        self.enabled = enabled
+        self.metrics_path = run_dir / "metrics.jsonl"
+        self.bar = None
+        self.tensorboard = None
+        if not enabled:
+            return
+        use_bar = sys.stderr.isatty() if progress is None else progress
+        if use_bar:
+            from tqdm import tqdm
+
+            # With a total (train.max_steps) tqdm shows the estimated time left; a max_time-only run has none.
+            self.bar = tqdm(total=total, initial=initial, unit="upd", dynamic_ncols=True, file=sys.stderr)
+        if tensorboard:
+            try:
+                from torch.utils.tensorboard import SummaryWriter
+            except ImportError:  # a dependency of the package, so only a broken install gets here
+                self.message("warning: no TensorBoard logs: the tensorboard package is missing "
+                             "(pip install tensorboard, or set train.tensorboard=false)")
+            else:
+                self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+
+    def message(self, text: str) -> None:
+        if not self.enabled:
+            return
+        if self.bar is not None:
+            self.bar.write(text, file=sys.stderr)
+        else:
+            print(text, file=sys.stderr, flush=True)
+
+    def record(self, record: dict[str, Any], line: str | None = None) -> None:
+        if not self.enabled:
+            return
+        with open(self.metrics_path, "a", encoding="utf-8") as handle:
+            handle.write(json.dumps(record) + "\n")
+        if self.tensorboard is not None:
+            for key, value in record.items():
+                if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch"):
+                    self.tensorboard.add_scalar(tensorboard_tag(key), value, record["step"])
+        if line is not None:
+            if self.bar is None:
+                self.message(line)
+
+    def advance(self, step: int, postfix: dict[str, Any] | None = None) -> None:
+        if self.bar is not None:
+            if postfix:
+                self.bar.set_postfix(postfix, refresh=False)
+            self.bar.update(step - self.bar.n)  # update(), not n = step: tqdm's rate and time left come from it
+
+    def close(self) -> None:
+        """Close the bar and the TensorBoard writer; later messages are plain lines."""
+        if self.bar is not None:
+            self.bar.close()
+            self.bar = None
+        if self.tensorboard is not None:
+            self.tensorboard.close()
+            self.tensorboard = None

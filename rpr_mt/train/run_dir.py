@@ -1,0 +1,104 @@
+"""A run directory's config: the one it was trained with, and which differences make a new config another run.
+
+``rpr-mt train`` on a directory that holds a run resumes it when the configs agree, and refuses (without
+``--overwrite``) when they do not; the train keys in ``RESUMABLE_TRAIN_KEYS`` may change between invocations.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+from pathlib import Path
+from typing import Any, Callable
+
+from rpr_mt.checkpoints import checkpoint_dir
+from rpr_mt.config import Config, config_to_dict
+from rpr_mt.errors import UserError
+from rpr_mt.train.checkpointing import latest_valid_checkpoint
+
+# Train keys that may change between an interrupted run and its resumption (stopping rules, logging, threads).
+RESUMABLE_TRAIN_KEYS = {
+    "max_steps", "max_epochs", "max_time", "patience", "log_every", "save_every", "validate_every", "keep_last",
+    "num_threads", "valid_bleu", "valid_max_sentences", "valid_beam_size", "average_last", "max_bad_updates", "device",
+}
+
+
+def check_run_dir(run_dir: Path) -> None:
+    """Before any work (preparing data can take long): ``run_dir`` is a directory that this process can write, or
+    one it can create. Nothing is created here: a command that fails later leaves the disk as it was."""
+    if run_dir.exists() and not run_dir.is_dir():
+        raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    existing = run_dir
+    while not existing.exists() and existing != existing.parent:  # the directory that mkdir would create below
+        existing = existing.parent
+    if not existing.is_dir():
+        raise UserError(f"train.run_dir: {run_dir} cannot be created: {existing} is not a directory")
+    for directory in (existing, checkpoint_dir(run_dir)):
+        if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
+            what = "cannot be written" if directory != existing or existing == run_dir else "cannot be created"
+            raise UserError(f"train.run_dir: {run_dir} {what}: {directory} is not writable")
+
+
+def saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
+    """The config a run directory was trained with: its config.yaml, or, when a kill left that unreadable or empty,
+    the config stored in its newest loadable checkpoint (config.yaml is rewritten at the start of every run)."""
+    import yaml
+
+    try:
+        saved = yaml.safe_load(config_path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, yaml.YAMLError):
+        saved = None
+    if isinstance(saved, dict) and saved:
+        return saved
+    found = latest_valid_checkpoint(run_dir, warn=log)
+    if found is None:
+        return {}
+    log(f"{config_path} is unreadable or empty; comparing with the config saved in {found[0].name}")
+    return found[1]["config"]
+
+
+def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``section.key: old -> new`` for each setting that would make ``new`` another run than ``old``. A setting that
+    ``old`` lacks was added to rpr-mt after that run began; at its default value it changes nothing. Settings whose
+    values are mappings (data.splits, data.demo_sizes) compare whole: an entry they gain is a change."""
+    sections = _section_paths(Config())
+    defaults = _flat(config_to_dict(Config()), sections)
+    old, new = _flat(old, sections), _flat(new, sections)
+    diffs = []
+    for name in sorted(set(old) | set(new)):
+        section, _, key = name.partition(".")
+        if section not in ("data", "model", "train"):
+            continue
+        if section == "train" and key.split(".")[0] in RESUMABLE_TRAIN_KEYS:
+            continue
+        if name == "train.run_dir":  # the run is this directory, however the path is spelled
+            continue
+        a, b = old.get(name), new.get(name)
+        if name not in old and b == defaults.get(name):
+            continue
+        if a != b:
+            diffs.append(f"{name}: {a!r} -> {b!r}")
+    return diffs
+
+
+def _section_paths(config: Any, prefix: str = "") -> set[str]:
+    """Dotted paths of the config's sections, nested ones included: {"data", "model", "model.t5", ...}."""
+    paths = set()
+    for field in dataclasses.fields(config):
+        value = getattr(config, field.name)
+        if dataclasses.is_dataclass(value):
+            paths.add(prefix + field.name)
+            paths |= _section_paths(value, f"{prefix}{field.name}.")
+    return paths
+
+
+def _flat(tree: dict[str, Any], sections: set[str], prefix: str = "") -> dict[str, Any]:
+    """{"model": {"t5": {"num_buckets": 32}}} -> {"model.t5.num_buckets": 32}: sections compare setting by setting;
+    any other value, mappings included, is one setting."""
+    flat: dict[str, Any] = {}
+    for key, value in tree.items():
+        if isinstance(value, dict) and prefix + key in sections:
+            flat.update(_flat(value, sections, f"{prefix}{key}."))
+        else:
+            flat[f"{prefix}{key}"] = value
+    return flat

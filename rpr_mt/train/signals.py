@@ -1,0 +1,30 @@
+"""Ctrl-C and SIGTERM during training: the first asks for a checkpoint and a stop, a second stops at once."""
+
+from __future__ import annotations
+
+import signal
+import threading
+from typing import Any
+
+
+class StopSignal:
+    """First SIGINT/SIGTERM asks the loop to save and stop at the next update; a second one stops at once."""
+
+    def __init__(self) -> None:
+        self.requested: str | None = None
+        self.previous: dict[int, Any] = {}
+
+    def __enter__(self) -> "StopSignal":
+        if threading.current_thread() is threading.main_thread():  # signal handlers need the main thread
+            for sig in (signal.SIGINT, signal.SIGTERM):
+                self.previous[sig] = signal.signal(sig, self._handle)
+        return self
+
+    def _handle(self, signum: int, frame: Any) -> None:
+        self.requested = signal.Signals(signum).name
+        for sig, handler in self.previous.items():  # a second signal gets the default behaviour
+            signal.signal(sig, handler)
+
+    def __exit__(self, *exc: Any) -> None:
+        for sig, handler in self.previous.items():
+            signal.signal(sig, handler)

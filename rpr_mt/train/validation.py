@@ -1,0 +1,104 @@
+"""Validation during training: dev loss and perplexity, dev BLEU, and what a validation does to the run state."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from pathlib import Path
+from typing import Any, Callable
+
+import numpy as np
+import torch
+import torch.distributed as dist
+
+from rpr_mt.config import Config
+from rpr_mt.data.vocab import Vocab
+from rpr_mt.model.transformer import Seq2Seq
+from rpr_mt.train.batching import collate, make_batches, usable_examples
+from rpr_mt.train.checkpointing import Checkpoints
+from rpr_mt.train.device import autocast
+from rpr_mt.train.distributed import Distributed
+from rpr_mt.train.logger import Logger
+from rpr_mt.train.loss import TranslationLoss
+from rpr_mt.train.state import TrainState
+
+
+def evaluate_loss(model: Seq2Seq, data, indices: np.ndarray, cfg: Config, device: torch.device) -> tuple[float, int]:
+    """Mean per-token NLL (no smoothing) of ``data`` rows ``indices``; returns (nll, tokens)."""
+    loss_module = TranslationLoss(model, 0.0)
+    total, tokens = 0.0, 0
+    was_training = model.training
+    model.eval()
+    with torch.inference_mode(), autocast(device, cfg.train.precision):
+        for rows in make_batches(data, indices, cfg.train.max_tokens, seed=0, epoch=0, shuffle=False):
+            batch = collate(data, rows, model.pad_id, model.bos_id, model.eos_id).to(device)
+            _, nll = loss_module(batch.src, batch.tgt_in, batch.tgt_out)
+            total += float(nll)
+            tokens += batch.global_tgt_tokens
+    model.train(was_training)
+    return total / max(tokens, 1), tokens
+
+
+def dev_bleu(
+    model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: torch.device
+) -> tuple[float, float | None] | None:
+    """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, and the 1st
+    percentile of their output/source length ratio in pieces (``length_ratio_floor``: translate warns when many
+    outputs fall below it)."""
+    import sacrebleu
+
+    from rpr_mt.decode.translate import read_lines, translate_lines
+
+    src_path = data_dir / f"dev.{cfg.data.src_lang}"
+    ref_path = data_dir / f"dev.{cfg.data.tgt_lang}"
+    if not src_path.is_file() or not ref_path.is_file():
+        return None
+    n = cfg.train.valid_max_sentences
+    sources, references = read_lines(src_path)[:n], read_lines(ref_path)[:n]
+    decode = dataclasses.replace(cfg.decode, beam_size=cfg.train.valid_beam_size, nbest=1)
+    hypotheses = translate_lines(model, vocab, sources, decode=decode, device=device, progress=False,
+                                 src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang, min_length_ratio=0.0)
+    bleu = float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    return bleu, length_ratio_floor(sources, hypotheses, vocab.encode)
+
+
+def length_ratio_floor(sources: list[str], hypotheses: list[str], encode: Callable[[str], list[int]]) -> float | None:
+    """The 1st percentile of output pieces / source pieces over the non-empty sources (None if there are none)."""
+    ratios = [len(encode(h)) / len(encode(s)) for s, h in zip(sources, hypotheses) if s.strip() and encode(s)]
+    return float(np.percentile(ratios, 1)) if ratios else None
+
+
+def validate(model: Seq2Seq, vocab: Vocab, dev_data, data_dir: Path, cfg: Config, device: torch.device,
+             dd: Distributed, state: TrainState, logger: Logger, checkpoints: Checkpoints) -> None:
+    """Dev loss / perplexity and (optionally) dev BLEU; the state takes the scores (``TrainState.add_validation``:
+    best scores, patience count, ``state.dev``, which stays None off rank 0) and checkpoint_best.pt is saved when
+    they improve on the best."""
+    t = cfg.train
+    indices = usable_examples(dev_data, cfg.model.max_positions)
+    record: dict[str, Any] = {"step": state.step}
+    state.dev = None
+    if dd.is_main:
+        nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
+        record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
+        bleu = floor = None
+        if t.valid_bleu:
+            scores = dev_bleu(model, vocab, data_dir, cfg, device)
+            if scores is not None:
+                bleu, floor = scores
+                record["dev_bleu"] = bleu
+        dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
+               "beam_size": t.valid_beam_size}
+        if floor is not None:  # read back by load_for_inference: translate's short-output warning
+            dev["length_ratio_p01"] = floor
+        if state.add_validation(dev):
+            checkpoints.save_best(state)  # with these weights' own scores, now the best
+        record["best_dev_bleu"] = state.best_bleu
+        logger.record(record, None)
+        logger.message(
+            f"validation at update {state.step}: dev nll {nll:.3f} | ppl {record['dev_ppl']:.2f}"
+            + (f" | dev BLEU {bleu:.2f} (best {state.best_bleu:.2f})" if bleu is not None else "")
+        )
+    if dd.world > 1:  # share the early-stopping state so every rank stops together
+        shared = [state.best_bleu, state.best_loss, state.bad_validations]
+        dist.broadcast_object_list(shared, src=0)
+        state.best_bleu, state.best_loss, state.bad_validations = shared

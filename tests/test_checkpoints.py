@@ -1,0 +1,33 @@
+"""rpr_mt/checkpoints.py: what a checkpoint that does not fit says (the first mismatch, the checkpoint's name)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+from rpr_mt.checkpoints import vocab_from_payload, weights_mismatch
+from rpr_mt.errors import UserError
+
+
+def test_weights_mismatch_names_the_first_difference_and_counts_the_rest():
+    model = nn.Sequential(nn.Linear(3, 4), nn.Linear(4, 2))
+    weights = model.state_dict()
+    assert weights_mismatch(model, weights) is None
+    assert weights_mismatch(model, {**weights, "0.weight": torch.zeros(5, 3)}) == (
+        "0.weight is [5, 3] in the checkpoint but [4, 3] in the model")
+    missing = {k: v for k, v in weights.items() if k != "1.bias"}
+    assert weights_mismatch(model, missing) == "1.bias is missing from the checkpoint"
+    assert weights_mismatch(model, {**weights, "2.weight": torch.zeros(1)}) == (
+        "the checkpoint has 2.weight, which the model lacks")
+    both = {**missing, "0.weight": torch.zeros(5, 3), "2.weight": torch.zeros(1)}
+    assert weights_mismatch(model, both) == "0.weight is [5, 3] in the checkpoint but [4, 3] in the model; 2 more differences"
+
+
+def test_a_broken_vocabulary_names_the_checkpoint_not_a_temporary_file(tmp_path):
+    broken = {"spm_model": torch.frombuffer(bytearray(b"no model"), dtype=torch.uint8)}
+    with pytest.raises(UserError, match=r"^checkpoint old\.pt: its vocabulary is broken \(not a SentencePiece") as caught:
+        vocab_from_payload(broken, "old.pt")
+    assert "tmp" not in str(caught.value)
+    with pytest.raises(UserError, match="^checkpoint old.pt: its vocabulary holds no SentencePiece model bytes"):
+        vocab_from_payload({"size": 8}, "old.pt")
