@@ -5,7 +5,9 @@ from __future__ import annotations
 import json
 import sys
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable
+
+from rpr_mt.progress import show_progress
 
 
 def tensorboard_tag(key: str) -> str:
@@ -16,6 +18,20 @@ def tensorboard_tag(key: str) -> str:
     if key.startswith("best_dev_"):
         return "dev/best_" + key[9:]
     return "train/" + key
+
+
+def end_cut_off_record(path: Path, say: Callable[[str], None]) -> None:
+    """Drop a cut-off last line of ``path`` (a run killed while writing it), so that the records appended on resume
+    start on a line of their own instead of continuing it (which the readers would refuse as corruption)."""
+    if not path.is_file():
+        return
+    with open(path, "rb+") as handle:
+        data = handle.read()
+        if not data or data.endswith(b"\n"):
+            return
+        keep = data.rfind(b"\n") + 1
+        handle.truncate(keep)
+    say(f"{path}: dropped its cut-off last line ({len(data) - keep} bytes) before appending")
 
 
 class Logger:
@@ -29,7 +45,8 @@ class Logger:
         self.tensorboard = None
         if not enabled:
             return
-        use_bar = sys.stderr.isatty() if progress is None else progress
+        end_cut_off_record(self.metrics_path, self.message)
+        use_bar = show_progress(progress)
         if use_bar:
             from tqdm import tqdm
 

@@ -1,0 +1,29 @@
+"""The run's reporter: a killed run's cut-off metrics record does not swallow the next one on resume."""
+
+from __future__ import annotations
+
+import json
+
+from rpr_mt.curves import read_curves
+from rpr_mt.train.logger import Logger
+
+
+def test_resume_after_a_cut_off_record_starts_a_line_of_its_own(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    good = json.dumps({"step": 1, "loss": 5.0}) + "\n"
+    path.write_text(good + '{"step": 2, "loss": 4.', encoding="utf-8")  # killed in the middle of a write
+    logger = Logger(tmp_path, enabled=True, progress=False, total=None, initial=2, tensorboard=False)
+    logger.record({"step": 2, "loss": 4.5})
+    logger.close()
+    assert path.read_text(encoding="utf-8") == good + json.dumps({"step": 2, "loss": 4.5}) + "\n"
+    assert "dropped its cut-off last line (22 bytes)" in capsys.readouterr().err
+    train, _ = read_curves(tmp_path)  # the reader takes every line (before the fix: corruption on line 2)
+    assert [r["step"] for r in train] == [1, 2]
+
+
+def test_a_complete_file_is_left_as_it_is(tmp_path, capsys):
+    path = tmp_path / "metrics.jsonl"
+    path.write_text(json.dumps({"step": 1, "loss": 5.0}) + "\n", encoding="utf-8")
+    Logger(tmp_path, enabled=True, progress=False, total=None, initial=1, tensorboard=False).close()
+    assert path.read_text(encoding="utf-8") == json.dumps({"step": 1, "loss": 5.0}) + "\n"
+    assert capsys.readouterr().err == ""
