@@ -12,44 +12,37 @@ if TYPE_CHECKING:
 
 
 class _LabelSmoothedCrossEntropy(torch.autograd.Function):
-    """The loss and its gradient in closed form, so that autograd keeps no [N, V] log-probabilities.
+    """The loss and its gradient in closed form: the backward writes one [N, V] tensor, the gradient itself.
 
-    With lse = logsumexp(x): nll = lse - x[gold] and the smoothing term mean_v(-log p_v) = lse - mean_v(x), so the
-    forward pass reads the logits without writing an [N, V] tensor of log-probabilities; the gradient of
-    a * loss + b * nll is (a + b) * softmax(x) - (a * (1 - eps) + b) * onehot(gold) - a * eps / V, one [N, V] tensor
-    written once. Autograd through log_softmax, gather and mean wrote four such tensors and read them back (about a
-    quarter of a training update of a d_model 128 model with an 8,000-piece vocabulary on a CPU). The log-sum-exp
-    runs over blocks of rows, so that its temporaries stay in cache instead of being fresh [N, V] allocations.
+    The gradient of a * loss + b * nll with respect to the logits is (a + b) * softmax - (a * (1 - eps) + b) *
+    onehot(gold) - a * eps / V: the exp of the saved log-probabilities, scaled and shifted in place, and a scatter
+    into the gold column. Autograd through log_softmax, gather and mean wrote four [N, V] tensors in its backward
+    (the mean's expanded division, the gather's zero-filled scatter, their sum, log_softmax's backward), about a
+    quarter of a training update of a d_model 128 model with an 8,000-piece vocabulary on a CPU
+    (benchmarks/bench_loss.py compares the two).
     """
 
     @staticmethod
     def forward(ctx, logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:  # type: ignore[override]
-        lse = torch.cat([torch.logsumexp(logits[rows], dim=-1) for rows in _row_blocks(logits)])  # [N]
-        nll = lse - logits.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N]
-        smooth = lse - logits.mean(dim=-1)  # [N]
-        ctx.save_for_backward(logits, target, lse)
+        lprobs = torch.log_softmax(logits, dim=-1)  # [N, V]
+        nll = -lprobs.gather(-1, target.unsqueeze(-1)).squeeze(-1)  # [N]
+        smooth = -lprobs.mean(dim=-1)  # [N]
+        ctx.save_for_backward(lprobs, target)
         ctx.epsilon = epsilon
         return ((1.0 - epsilon) * nll + epsilon * smooth).sum(), nll.sum()
 
     @staticmethod
     def backward(ctx, grad_loss: Tensor, grad_nll: Tensor) -> tuple[Tensor, None, None]:  # type: ignore[override]
-        logits, target, lse = ctx.saved_tensors
-        eps, vocab = ctx.epsilon, logits.shape[-1]
-        grad_loss = torch.zeros((), dtype=logits.dtype, device=logits.device) if grad_loss is None else grad_loss
-        grad_nll = torch.zeros((), dtype=logits.dtype, device=logits.device) if grad_nll is None else grad_nll
-        grad = torch.empty_like(logits)
-        for rows in _row_blocks(logits):  # softmax, written once
-            torch.sub(logits[rows], lse[rows].unsqueeze(-1), out=grad[rows]).exp_()
+        lprobs, target = ctx.saved_tensors
+        eps, vocab = ctx.epsilon, lprobs.shape[-1]
+        zero = torch.zeros((), dtype=lprobs.dtype, device=lprobs.device)
+        grad_loss = zero if grad_loss is None else grad_loss
+        grad_nll = zero if grad_nll is None else grad_nll
+        grad = lprobs.exp()  # softmax
         grad.mul_(grad_loss + grad_nll).sub_(grad_loss * (eps / vocab))
         gold = (grad_loss * (1.0 - eps) + grad_nll).expand(target.shape[0], 1)
         grad.scatter_add_(-1, target.unsqueeze(-1), -gold)
         return grad, None, None
-
-
-def _row_blocks(x: Tensor, elements: int = 1 << 19) -> list[slice]:
-    """Slices of the rows of ``x`` [N, V], about ``elements`` elements (2 MiB of float32) each."""
-    step = max(1, elements // max(1, x.shape[-1]))
-    return [slice(i, i + step) for i in range(0, x.shape[0], step)]
 
 
 def label_smoothed_nll(logits: Tensor, target: Tensor, epsilon: float) -> tuple[Tensor, Tensor]:
