@@ -11,8 +11,8 @@ from tests.conftest import MULTI30K_FILES, multi30k_or_skip
 
 
 def make_corpus(path: Path) -> Path:
-    path.mkdir(parents=True, exist_ok=True)
-    for name in MULTI30K_FILES:
+    for name in MULTI30K_FILES:  # raw files and tok/ ones
+        (path / name).parent.mkdir(parents=True, exist_ok=True)
         with gzip.open(path / name, "wt", encoding="utf-8") as handle:
             handle.write("a line\n")
     return path
