@@ -11,7 +11,7 @@ import numpy as np
 import torch
 import torch.distributed as dist
 
-from rpr_mt.config import Config
+from rpr_mt.config import Config, is_pretokenized
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches, usable_examples
@@ -44,8 +44,9 @@ def dev_bleu(
 ) -> tuple[float, float | None] | None:
     """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, and the 1st
     percentile of their output/source length ratio in pieces (``length_ratio_floor``: translate warns when many
-    outputs fall below it)."""
-    import sacrebleu
+    outputs fall below it). On Multi30k's tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's,
+    on the text as it is (sacreBLEU's tokenizer would split it again and warn at every validation)."""
+    from sacrebleu.metrics import BLEU
 
     from rpr_mt.decode.translate import read_lines, translate_lines
 
@@ -58,7 +59,8 @@ def dev_bleu(
     decode = dataclasses.replace(cfg.decode, beam_size=cfg.train.valid_beam_size, nbest=1)
     hypotheses = translate_lines(model, vocab, sources, decode=decode, device=device, progress=False,
                                  src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang, min_length_ratio=0.0)
-    bleu = float(sacrebleu.corpus_bleu(hypotheses, [references]).score)
+    metric = BLEU(tokenize="none", smooth_method="none", force=True) if is_pretokenized(cfg.data) else BLEU()
+    bleu = float(metric.corpus_score(hypotheses, [references]).score)
     return bleu, length_ratio_floor(sources, hypotheses, vocab.encode)
 
 
