@@ -60,6 +60,9 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
     """Build the prepared data for ``config`` in ``config.output_dir`` (a no-op when it is up to date)."""
     validate_data(config)  # a config loaded from YAML was checked already; a DataConfig built in code was not
     out = Path(os.path.abspath(config.output_dir))  # normalised: "data/demo/" and "./data/demo" are one place
+    if out.is_symlink() and not out.is_dir():  # the final rename would end in a traceback after all the work
+        raise UserError(f"data.output_dir {config.output_dir} is a link to {os.readlink(out)}, which is not a "
+                        "directory: make that directory, or remove the link")
     _remove_leftovers(out)
     if not force:
         reason = check_prepared(config)

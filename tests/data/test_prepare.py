@@ -410,3 +410,13 @@ def test_offsets_that_do_not_match_the_ids_are_a_clear_error(tmp_path):
     np.save(out / "dev.tgt.offsets.npy", offsets)
     with pytest.raises(UserError, match="dev.tgt.offsets.npy: offsets do not match"):
         binarize.load_split(out, "dev")
+
+
+def test_output_dir_that_is_a_dangling_link_is_one_error_before_any_work(tmp_path):
+    """A data.output_dir linked to a directory that does not exist (a moved disk, a link made before the target)
+    ended in NotADirectoryError from the final rename, after the whole preparation."""
+    link = tmp_path / "prepared"
+    link.symlink_to(tmp_path / "elsewhere" / "prepared")
+    with pytest.raises(UserError, match=r"is a link to .*elsewhere/prepared, which is not a directory"):
+        prepare(demo_config(tmp_path), progress=False)  # output_dir: tmp_path / "prepared", the link
+    assert not any(p.name.startswith(".prepared.tmp") for p in tmp_path.iterdir())  # nothing was built
