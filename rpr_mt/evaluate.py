@@ -100,7 +100,8 @@ def score(
             f"{hyp_name} has {len(hypotheses)} lines but {ref_name} has {len(references)}; they must be line-aligned"
         )
 
-    bleu = BLEU()
+    # force on pretokenized text: sacreBLEU would warn that the (knowingly) tokenized lines look undetokenized
+    bleu = BLEU(force=pretokenized)
     bleu_result = bleu.corpus_score(hypotheses, [references])
     chrf = CHRF()
     chrf_result = chrf.corpus_score(hypotheses, [references])
