@@ -1,21 +1,27 @@
-"""Everything that needs a GPU, in one command, about 10 minutes on one H100 (``scripts/gpu_check.sh`` runs it):
+"""Everything that needs a GPU, in one command (``scripts/gpu_check.sh`` runs it). Measured on one H200
+(2026-11-26): tests 117 s, trainer 219 s (with runs twice today's length), ddp 15 s, train 53 s (two repeats; now
+three, with a replayed warm-up: about 2 minutes), bench 37 s; so about 6 minutes now, plus the machine's start.
+With a 15-minute lease, run it once whole and re-run single parts (--parts) if one fails.
 
 1. tests    the GPU unit tests (pytest -m gpu: float32 and bfloat16 exactness of the Triton kernels and of the torch
             path against a float64 reference, seeded dropout, cached decoding equal to full decoding, SDPA for
-            content attention); with --all-tests also every Triton kernel test (-m triton) on the GPU
-2. train    a short WMT-shaped training run of the base models (benchmarks/bench_gpu_train.py) in bf16: absolute,
-            relative on the torch path and relative on the Triton kernels; target tokens/s and peak memory
+            content attention, the CUDA default policy); with --all-tests also every Triton kernel test (-m triton)
+2. trainer  the real CLI on one GPU: ``rpr-mt prepare`` + ``train`` of the demo in bf16 and in fp16 (GradScaler), and
+            with --multi30k-dir the literature recipe (configs/multi30k_en_de_lit.yaml) for --multi30k-steps updates in
+            bf16; each then ``eval-bleu --checkpoint --device cuda`` (beam search with the KV cache on the GPU)
 3. ddp      torchrun with NCCL: a DistributedDataParallel worker on every GPU (parameters must agree after the
             updates), and with two or more GPUs also ``rpr-mt train`` itself under torchrun on the demo corpus
-4. bench    the attention benchmark (benchmarks/bench_gpu_attention.py): Triton kernel vs torch path vs SDPA
+4. train    a short WMT-shaped training run of the base models (benchmarks/bench_gpu_train.py) in bf16: absolute,
+            relative on the torch path and relative on the Triton kernels; target tokens/s and peak memory
+5. bench    the attention benchmark (benchmarks/bench_gpu_attention.py): Triton kernel vs torch path vs SDPA
             flash, forward+backward at L = 64 ... 1024
 
 It prints one table: every check, its result and the issue's goal (Shaw K+V fwd+bwd <= 1.3x SDPA flash at
 L = 128-512; training tokens/s relative / absolute >= 0.93; peak memory relative <= 1.1x absolute), the paper's
 runs costed from the measured tokens/s, then the detailed tables. The same Markdown goes to --out, ready for
-docs/benchmarks.md.
+docs/benchmarks.md, rewritten after every part, so a run cut off by a time limit still leaves what it measured.
 
-    scripts/gpu_check.sh                       # everything
+    scripts/gpu_check.sh --multi30k-dir ../shared/data/multi30k   # everything
     scripts/gpu_check.sh --parts tests bench   # some parts
     scripts/gpu_check.sh --dry-run             # no GPU needed: the plan and the table's form (CI runs this)
 """
@@ -27,6 +33,7 @@ import datetime as _dt
 import json
 import os
 import re
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -34,7 +41,7 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
-PARTS = ("tests", "train", "ddp", "bench")
+PARTS = ("tests", "trainer", "ddp", "train", "bench")
 ATTENTION_GOAL = 1.3  # Shaw K+V forward+backward / SDPA flash, L = 128-512
 ATTENTION_GOAL_LENGTHS = (128, 256, 512)
 SPEED_GOAL = 0.93  # training tokens/s, relative / absolute
@@ -54,6 +61,10 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="models of the training part (big adds about 2 minutes)")
     parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
     parser.add_argument("--gpus", type=int, default=None, help="processes for the torchrun part (default: all GPUs)")
+    parser.add_argument("--multi30k-dir", default=None,
+                        help="trainer part: Multi30k's files (as ../shared/data/multi30k, with tok/) for the recipe run")
+    parser.add_argument("--multi30k-steps", type=int, default=600, help="trainer part: updates of the recipe run")
+    parser.add_argument("--part-timeout", type=int, default=240, help="seconds each command of a part may take")
     parser.add_argument("--out", default=None, help="write the Markdown here (default runs/gpu_check/<time>.md)")
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)  # the torchrun child
     parser.add_argument("--ddp-device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)  # cpu: gloo
@@ -101,29 +112,113 @@ def run_logged(command: list[str], log: Path, timeout: int) -> tuple[int, str, f
     return code, output, time.monotonic() - start
 
 
-def part_tests(work: Path, all_tests: bool) -> dict:
+def part_tests(work: Path, all_tests: bool, timeout: int) -> dict:
     marker = "gpu or triton" if all_tests else "gpu"
     code, output, seconds = run_logged(
         [sys.executable, "-m", "pytest", "-q", "-m", f"({marker}) and not slow", "tests/model"],
-        work / "tests.log", timeout=900)
+        work / "tests.log", timeout=timeout)
     summary = next((line for line in reversed(output.splitlines()) if re.search(r"\d+ (passed|failed)", line)), "")
     counts = {kind: int(n) for n, kind in re.findall(r"(\d+) (passed|failed|skipped|error|errors)", summary)}
     return {"ok": code == 0 and counts.get("passed", 0) > 0, "marker": marker, "counts": counts,
             "seconds": seconds, "summary": summary.strip("= ")}
 
 
-def part_train(work: Path, presets: list[str]) -> dict:
+def _cli(*args: str) -> list[str]:
+    return [sys.executable, "-m", "rpr_mt.cli", *args]
+
+
+def _sets(settings: list[str]) -> list[str]:
+    return [arg for setting in settings for arg in ("--set", setting)]
+
+
+def _last_speed(run_dir: Path) -> dict:
+    """A run's last update, its median target tokens/s over the logged windows after the first (start-up) one and
+    its peak memory (the trainer's own reader and records)."""
+    from rpr_mt.errors import UserError
+    from rpr_mt.metrics import read_records
+
+    metrics = run_dir / "metrics.jsonl"
+    try:
+        records = [r for r in read_records(metrics) if "tgt_tok_s" in r] if metrics.is_file() else []
+    except UserError:
+        records = []
+    last = records[-1] if records else {}
+    speeds = [r["tgt_tok_s"] for r in records[1:]] or [r["tgt_tok_s"] for r in records]
+    return {"updates": last.get("step"), "tgt_tok_s": statistics.median(speeds) if speeds else None,
+            "peak_mb": max((r.get("peak_mem_mb") or 0 for r in records), default=None)}
+
+
+def trainer_run(work: Path, name: str, config: str, data_settings: list[str], train_settings: list[str],
+                timeout: int, which: str = "last", device: str = "cuda") -> dict:
+    """``rpr-mt train`` of ``config`` on the GPU, then ``eval-bleu --checkpoint`` of its test split on the GPU
+    (``device`` cpu: a test of this code on a machine without one)."""
+    data, run_dir = work / f"{name}_data", work / f"{name}_run"
+    data_sets = _sets([f"data.output_dir={data}", *data_settings])
+    result: dict = {"name": name, "ok": False}
+    if not (data / "manifest.json").is_file():
+        code, _, seconds = run_logged(_cli("prepare", "--config", config, "--no-progress", *data_sets),
+                                      work / f"{name}_prepare.log", timeout)
+        result["prepare_s"] = seconds
+        if code != 0:
+            return {**result, "error": "prepare failed"}
+    settings = [f"train.run_dir={run_dir}", f"train.device={device}", *train_settings]
+    code, _, seconds = run_logged(_cli("train", "--config", config, "--no-progress", *data_sets, *_sets(settings)),
+                                  work / f"{name}_train.log", timeout)
+    result.update(train_s=seconds, **_last_speed(run_dir))
+    if code != 0:
+        return {**result, "error": "train failed"}
+    code, output, seconds = run_logged(_cli("eval-bleu", "--checkpoint", str(run_dir), "--which", which, "--split",
+                                            "test", "--device", device, "--json", "--no-progress"),
+                                       work / f"{name}_eval.log", timeout)
+    result["eval_s"] = seconds
+    scores = _json_object(output)
+    if code != 0 or scores is None:
+        return {**result, "error": "eval-bleu failed"}
+    return {**result, "ok": True, "bleu": scores.get("sacrebleu"), "lc_tok_bleu": scores.get("lc_tok_bleu")}
+
+
+def _json_object(output: str) -> dict | None:
+    """The JSON object eval-bleu --json printed (the last line that parses)."""
+    for line in reversed(output.splitlines()):
+        try:
+            value = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(value, dict):
+            return value
+    return None
+
+
+def part_trainer(work: Path, multi30k_dir: str | None, multi30k_steps: int, timeout: int) -> dict:
+    """The product on one GPU, as a user runs it: prepare, train (bf16; fp16 with its GradScaler), eval-bleu."""
+    demo = ["train.validate_every=150", "train.save_every=150", "train.log_every=50"]
+    runs = [trainer_run(work, "demo_bf16", "configs/demo.yaml", [], [*demo, "train.precision=bf16",
+                                                                      "train.max_steps=300"], timeout)]
+    # the fp16 run reuses the bf16 run's prepared data
+    (work / "demo_fp16_data").symlink_to(work / "demo_bf16_data")
+    runs.append(trainer_run(work, "demo_fp16", "configs/demo.yaml", [], [*demo, "train.precision=fp16",
+                                                                         "train.max_steps=150"], timeout))
+    if multi30k_dir:
+        runs.append(trainer_run(work, "multi30k_lit", "configs/multi30k_en_de_lit.yaml",
+                                [f"data.multi30k_dir={Path(multi30k_dir).resolve()}"],
+                                ["train.precision=bf16", f"train.max_steps={multi30k_steps}",
+                                 f"train.validate_every={multi30k_steps // 2}", "train.save_every=250",
+                                 "train.log_every=100"], timeout, which="average"))
+    return {"ok": all(r["ok"] for r in runs), "runs": runs}
+
+
+def part_train(work: Path, presets: list[str], timeout: int) -> dict:
     out = work / "train.json"
     code, _, seconds = run_logged([sys.executable, "benchmarks/bench_gpu_train.py", "--presets", *presets, "--json",
-                                   str(out)], work / "train.log", timeout=1200)
+                                   str(out)], work / "train.log", timeout=timeout)
     result = json.loads(out.read_text()) if out.is_file() else {"rows": []}
     return {"ok": code == 0, "seconds": seconds, **result}
 
 
-def part_bench(work: Path, lengths: list[int]) -> dict:
+def part_bench(work: Path, lengths: list[int], timeout: int) -> dict:
     out = work / "bench.json"
     code, _, seconds = run_logged([sys.executable, "benchmarks/bench_gpu_attention.py", "--lengths",
-                                   *map(str, lengths), "--json", str(out)], work / "bench.log", timeout=1200)
+                                   *map(str, lengths), "--json", str(out)], work / "bench.log", timeout=timeout)
     result = json.loads(out.read_text()) if out.is_file() else {"rows": []}
     return {"ok": code == 0, "seconds": seconds, **result}
 
@@ -254,6 +349,20 @@ def summary_rows(results: dict, args: argparse.Namespace) -> list[tuple[str, str
         marker = "gpu or triton" if args.all_tests else "gpu"
         text = "-" if tests is None else f"{tests['summary'] or 'no summary'} ({tests['seconds']:.0f} s)"
         rows.append((f"GPU unit tests (pytest -m '{marker}')", text, "all pass"))
+    if "trainer" in args.parts:
+        names = ["demo_bf16", "demo_fp16"] + (["multi30k_lit"] if args.multi30k_dir else [])
+        runs = {r["name"]: r for r in (results.get("trainer") or {}).get("runs", [])}
+        for name in names:
+            run = runs.get(name)
+            text = "-"
+            if run is not None:
+                bleu = "" if run.get("bleu") is None else f", test BLEU {run['bleu']:.2f}"
+                if run.get("lc_tok_bleu") is not None:
+                    bleu += f" (literature BLEU {run['lc_tok_bleu']:.2f})"
+                text = (f"{'ok' if run['ok'] else 'FAILED (' + run.get('error', '?') + ')'}: {run.get('updates')} "
+                        f"updates, {run.get('tgt_tok_s') or 0:,.0f} tgt tok/s, peak {run.get('peak_mb') or 0:,.0f} MB, "
+                        f"train {run.get('train_s', 0):.0f} s{bleu}")
+            rows.append((f"rpr-mt train + eval-bleu on cuda: {name}", text, "ok"))
     if "ddp" in args.parts:
         ddp = results.get("ddp")
         text = "-"
@@ -271,7 +380,7 @@ def summary_rows(results: dict, args: argparse.Namespace) -> list[tuple[str, str
         for preset in args.presets:
             for tokens in (PER_GPU_TOKENS, UPDATE_TOKENS):
                 absolute = _row(train_rows, preset, tokens, "absolute")
-                torch_path = _row(train_rows, preset, tokens, "relative")
+                torch_path = _row(train_rows, preset, tokens, "relative-torch")
                 kernel = _row(train_rows, preset, tokens, "relative-triton")
                 best = _best_relative(train_rows, preset, tokens)
                 speed = "-" if best is None else (
@@ -352,6 +461,9 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
     marker = "gpu or triton" if args.all_tests else "gpu"
     steps = {
         "tests": f"python -m pytest -q -m '({marker}) and not slow' tests/model",
+        "trainer": "rpr-mt prepare/train/eval-bleu --device cuda: configs/demo.yaml in bf16 and fp16"
+                   + (f", configs/multi30k_en_de_lit.yaml for {args.multi30k_steps} updates in bf16"
+                      if args.multi30k_dir else ""),
         "train": f"python benchmarks/bench_gpu_train.py --presets {' '.join(args.presets)} --json WORK/train.json",
         "ddp": f"torchrun --standalone --nproc_per_node {gpus} scripts/gpu_check.py --ddp-worker"
                + ("; rpr-mt prepare + torchrun ... -m rpr_mt.cli train --config configs/demo.yaml"
@@ -386,13 +498,18 @@ def main(argv: list[str] | None = None) -> int:
     for part in (p for p in PARTS if p in args.parts):  # tests first: a broken kernel shows before the timings
         print(f"\n## {part}", flush=True)
         if part == "tests":
-            results["tests"] = part_tests(work, args.all_tests)
+            results["tests"] = part_tests(work, args.all_tests, args.part_timeout)
+        elif part == "trainer":
+            results["trainer"] = part_trainer(work, args.multi30k_dir, args.multi30k_steps, args.part_timeout)
         elif part == "train":
-            results["train"] = part_train(work, args.presets)
+            results["train"] = part_train(work, args.presets, args.part_timeout)
         elif part == "ddp":
             results["ddp"] = part_ddp(work, gpus)
         elif part == "bench":
-            results["bench"] = part_bench(work, args.lengths)
+            results["bench"] = part_bench(work, args.lengths, args.part_timeout)
+        out.parent.mkdir(parents=True, exist_ok=True)  # after every part: a run cut off still leaves its table
+        out.write_text(render(results, args, env) + f"\n(gpu_check: cut off after {part}?)\n")
+        (work / "results.json").write_text(json.dumps({"env": env, "results": results}, indent=1, default=str))
     text = render(results, args, env)
     text += f"\n(gpu_check: {time.monotonic() - start:.0f} s; logs in {work})\n"
     out.parent.mkdir(parents=True, exist_ok=True)

@@ -56,10 +56,10 @@ def canned(presets=("base",)) -> dict:
         "ddp": {"ok": True, "world": 1, "backend": "nccl", "agree": True, "gpus": 1},
         "train": {"setup": "# training on H100", "rows": [
             train("absolute", 3125, 100_000.0, 1.0, 10_000.0, 1.0),
-            train("relative", 3125, 80_000.0, 0.80, 13_000.0, 1.3),
+            train("relative-torch", 3125, 80_000.0, 0.80, 13_000.0, 1.3),
             train("relative-triton", 3125, 95_000.0, 0.95, 10_500.0, 1.05),
             train("absolute", 25000, 120_000.0, 1.0, 20_000.0, 1.0),
-            train("relative", 25000, 102_000.0, 0.85, 30_000.0, 1.5),
+            train("relative-torch", 25000, 102_000.0, 0.85, 30_000.0, 1.5),
             train("relative-triton", 25000, 108_000.0, 0.90, 21_600.0, 1.08),
         ]},
         "bench": {"setup": "# relative attention on H100", "rows": [
@@ -90,6 +90,48 @@ def test_table_from_measurements_states_each_goal():
     # the detailed tables follow, in the benchmarks' own formats
     assert "| base | 3,125 | relative-triton | 95,000 | 0.950 | 10,500 | 1.050 |" in text
     assert "| 128 | 128 | 1.00 | 1.20 | 1.20x | - | - | 3.00 | 3.00x | - / - / - | 64x64 w4 s2 |" in text
+
+
+def test_trainer_part_rows_say_what_each_run_did():
+    gpu_check = load_script("scripts/gpu_check.py")
+    args = gpu_check.parse_args(["--parts", "trainer", "--multi30k-dir", "m30k"])
+    runs = [{"name": "demo_bf16", "ok": True, "updates": 300, "tgt_tok_s": 57128.4, "peak_mb": 156.2, "train_s": 54.4,
+             "bleu": 99.17, "lc_tok_bleu": 99.17},
+            {"name": "demo_fp16", "ok": False, "error": "train failed", "updates": 12, "train_s": 9.0},
+            {"name": "multi30k_lit", "ok": True, "updates": 600, "tgt_tok_s": 52740.0, "peak_mb": 682.0,
+             "train_s": 60.2, "bleu": 29.32, "lc_tok_bleu": 29.31}]
+    text = gpu_check.render({"trainer": {"ok": False, "runs": runs}}, args, {"gpu": "G", "gpus": 1, "torch": "t",
+                                                                           "cuda": "c", "triton": "x"})
+    assert ("| rpr-mt train + eval-bleu on cuda: demo_bf16 | ok: 300 updates, 57,128 tgt tok/s, peak 156 MB, train "
+            "54 s, test BLEU 99.17 (literature BLEU 99.17) | ok |") in text
+    assert "| rpr-mt train + eval-bleu on cuda: demo_fp16 | FAILED (train failed): 12 updates" in text
+    assert "multi30k_lit | ok: 600 updates, 52,740 tgt tok/s, peak 682 MB, train 60 s, test BLEU 29.32" in text
+
+
+def test_trainer_part_runs_the_cli_on_the_cpu(tmp_path):
+    """The trainer part's commands (prepare, train, eval-bleu --checkpoint --json) and what it reads back, on the CPU
+    with a tiny demo: a GPU session must not be the first to run them (the first one found eval-bleu's JSON key)."""
+    gpu_check = load_script("scripts/gpu_check.py")
+    run = gpu_check.trainer_run(tmp_path, "demo", "configs/demo.yaml",
+                                ["data.demo_sizes={train: 400, dev: 20, test: 20}"],
+                                ["train.max_steps=6", "train.validate_every=3", "train.save_every=3",
+                                 "train.log_every=2", "train.valid_max_sentences=10"], timeout=300, device="cpu")
+    assert run["ok"], run
+    assert run["updates"] == 6 and run["tgt_tok_s"] > 0 and run["peak_mb"] > 0
+    assert 0 <= run["bleu"] <= 100 and 0 <= run["lc_tok_bleu"] <= 100
+    assert (tmp_path / "demo_eval.log").read_text().startswith("{")
+    broken = gpu_check.trainer_run(tmp_path, "bad", "configs/demo.yaml", [], ["train.nonsense=1"], timeout=300,
+                                   device="cpu")
+    assert broken["ok"] is False and broken["error"] == "train failed"
+
+
+def test_training_benchmark_warms_up_on_the_batches_it_times():
+    """A batch shape met for the first time costs more on a GPU than it does again: every timed batch is replayed
+    in the warm-up (the first H200 run, timing first meetings, swung 2x between repeats)."""
+    bench = load_script("benchmarks/bench_gpu_train.py")
+    order = bench.batch_order(n_batches=50, warmup=20, updates=20)
+    assert order[20:] == list(range(20)) and sorted(order[:20]) == list(range(20))
+    assert bench.batch_order(n_batches=3, warmup=2, updates=5) == [0, 1, 0, 1, 2, 0, 1]
 
 
 @pytest.mark.parametrize("script", ["benchmarks/bench_gpu_attention.py", "benchmarks/bench_gpu_train.py"])
@@ -133,7 +175,7 @@ def test_training_benchmark_trains_every_scheme_on_the_cpu_in_the_interpreter(tm
                        "fp32", "--json", str(tmp_path / "rows.json"))
     assert done.returncode == 0, done.stderr[-3000:]
     rows = __import__("json").loads((tmp_path / "rows.json").read_text())["rows"]
-    assert [r["scheme"] for r in rows] == ["absolute", "relative", "relative-triton"]
+    assert [r["scheme"] for r in rows] == ["absolute", "relative-torch", "relative-triton"]
     assert all(r["tokens_per_s"] > 0 for r in rows)
 
 
