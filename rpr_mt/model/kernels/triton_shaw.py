@@ -36,7 +36,7 @@ so no [B, H, Lq, Lk] mask is stored; ``dropout_keep_mask`` reproduces it, and an
 instead (tests). Rows with no allowed key (dead rows) give zeros and zero gradients, as everywhere in rpr-mt.
 
 Triton is optional (``pip install 'rpr-mt[triton]'``): this module imports without it, and ``dispatch`` imports it
-only for ``impl="triton"``. On a CPU the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set before
+only for CUDA tensors or ``impl="triton"`` (on CUDA the default policy picks these kernels when Triton is there). On a CPU the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set before
 Triton is imported), which is how the tests check them against the float64 reference without a GPU.
 """
 

@@ -140,3 +140,12 @@ def test_content_attention_on_cuda_is_sdpa_and_exact():
     expected = relative_attention(q.double(), k.double(), v.double(), None, None, clip=None, attn_mask=mask,
                                   impl="gather")
     torch.testing.assert_close(out.double().cpu(), expected, atol=2e-4, rtol=2e-4)
+
+
+def test_relative_attention_on_cuda_defaults_to_the_triton_kernel():
+    # the CUDA default chosen by measurement (docs/benchmarks.md); one query (cached decoding) stays on gather
+    triton_ready()
+    q = torch.randn(2, 4, 64, 64, device="cuda", dtype=torch.bfloat16)
+    assert choose_impl(q, 64, tables=True, needs_grad=True) == "triton"
+    assert choose_impl(q, 64, tables=True, needs_grad=False) == "triton"
+    assert choose_impl(q[:, :, :1], 64, tables=True, needs_grad=False) == "gather"

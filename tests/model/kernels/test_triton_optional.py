@@ -1,13 +1,15 @@
 """Triton is optional: without it everything imports, ``impl="triton"`` is a clear error, and the default policy
-never picks the kernels (dispatch by measurement: until a GPU benchmark shows them faster, the torch path stays).
-These run in the default test run, with or without Triton installed."""
+falls back to the torch path; with it, the default policy picks the kernels on CUDA only (chosen by measurement on
+a GPU, docs/benchmarks.md). These run in the default test run, with or without Triton installed."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 import torch
 
 from rpr_mt.model.kernels import choose_impl
@@ -37,10 +39,48 @@ def test_module_imports_without_triton_and_impl_triton_says_what_to_install():
     assert "impl='triton' needs the triton package (pip install 'rpr-mt[triton]')" in done.stdout
 
 
-def test_default_policy_never_picks_the_kernel_and_content_attention_off_the_cpu_is_sdpa():
-    """A meta tensor stands for a CUDA one: relative attention stays on the torch path (fused), content attention
-    uses scaled_dot_product_attention (FlashAttention on CUDA)."""
+def test_default_policy_off_cuda_never_picks_the_kernel_and_content_attention_off_the_cpu_is_sdpa():
+    """A meta tensor stands for an accelerator other than CUDA: relative attention stays on the torch path (fused),
+    content attention uses scaled_dot_product_attention."""
     q = torch.empty(2, 8, 128, 64, device="meta")
     for needs_grad in (True, False):
         assert choose_impl(q, 128, tables=True, needs_grad=needs_grad) == "fused"
         assert choose_impl(q, 128, tables=False, needs_grad=needs_grad) == "sdpa"
+
+
+class CudaQueries:
+    """Stands for a CUDA tensor of queries where there is no GPU: what choose_impl reads of one."""
+
+    def __init__(self, q_len: int, dtype: torch.dtype = torch.bfloat16):
+        self.shape, self.dtype, self.device = (2, 8, q_len, 64), dtype, torch.device("cuda")
+
+
+CUDA_POLICY = """
+import sys
+if sys.argv[1] == "without":
+    sys.modules["triton"] = None
+    sys.modules["triton.language"] = None
+import torch
+sys.path.insert(0, "tests/model/kernels")
+from test_triton_optional import CudaQueries
+from rpr_mt.model.kernels import choose_impl
+print(choose_impl(CudaQueries(128), 128, tables=True, needs_grad=True),
+      choose_impl(CudaQueries(128), 128, tables=True, needs_grad=False),
+      choose_impl(CudaQueries(1), 40, tables=True, needs_grad=False),
+      choose_impl(CudaQueries(128), 128, tables=False, needs_grad=True))
+"""
+
+
+@pytest.mark.parametrize("triton_installed", [True, False])
+def test_cuda_default_for_relative_attention_is_the_triton_kernel_when_triton_is_installed(triton_installed):
+    """Chosen by measurement on a GPU (docs/benchmarks.md): with 8+ queries Shaw attention on CUDA runs on the Triton
+    kernels, else on the torch path; incremental decoding (one query) stays on gather, content attention on SDPA."""
+    if triton_installed:
+        pytest.importorskip("triton")
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", CUDA_POLICY, "with" if triton_installed else "without"],
+                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    assert done.returncode == 0, done.stderr
+    chosen = "triton" if triton_installed else "fused"
+    assert done.stdout.split() == [chosen, chosen, "gather", "sdpa"]
