@@ -8,7 +8,8 @@ it times forward + backward (CUDA events, median of --repeats after --warmup) an
                       --mask padding the memory-efficient backend, as FlashAttention takes no mask tensor)
     K+V triton        relative_attention(impl="triton"): the fused kernels, both tables (the best of --blocks)
     K only / V only   the same with one table
-    K+V torch         relative_attention's default on CUDA (impl="auto": the chunked torch path, "fused")
+    K+V torch         relative_attention(impl="fused"): the chunked torch path (the CUDA default where the Triton
+                      kernels are not: float32/float16, GPUs before sm_80, no Triton)
 
 Inputs are laid out as MultiHeadAttention produces them ([B, H, L, d] views of one [B, L, 3, H, d] projection), in
 --dtype (bf16 by default, as training under autocast), tables per head unless --shared. --mask adds a padding
@@ -178,8 +179,8 @@ def measure(args: argparse.Namespace) -> list[dict]:
             row["k_triton_ms"] = timed(shaw(rel_k, None, "triton", blocks), grad_out, args.repeats, args.warmup)
             row["v_triton_ms"] = timed(shaw(None, rel_v, "triton", blocks), grad_out, args.repeats, args.warmup)
         try:
-            row["kv_torch_ms"] = timed(shaw(rel_k, rel_v, "auto"), grad_out, args.repeats, args.warmup)
-            row["kv_torch_mib"] = peak_mib(shaw(rel_k, rel_v, "auto"), grad_out)
+            row["kv_torch_ms"] = timed(shaw(rel_k, rel_v, "fused"), grad_out, args.repeats, args.warmup)
+            row["kv_torch_mib"] = peak_mib(shaw(rel_k, rel_v, "fused"), grad_out)
         except torch.OutOfMemoryError:
             print(f"# L={L}: the torch path ran out of memory", file=sys.stderr)
         rows.append(row)

@@ -112,6 +112,8 @@ def batch_order(n_batches: int, warmup: int, updates: int) -> list[int]:
     """Indices of the batches of ``warmup`` untimed then ``updates`` timed updates: the timed ones are the first
     ``updates`` batches (cycled), and the warm-up replays them, so each timed shape has been met before once
     ``warmup >= updates``."""
+    if n_batches < 1 or updates < 1:
+        raise ValueError(f"need at least one batch and one timed update, got {n_batches} and {updates}")
     timed = [i % n_batches for i in range(updates)]
     return [timed[i % len(timed)] for i in range(warmup)] + timed
 
@@ -153,7 +155,13 @@ def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Name
     return tokens / seconds, peak
 
 
+def write_json(path: str, args: argparse.Namespace, rows: list[dict]) -> None:
+    with open(path, "w", encoding="utf-8") as handle:
+        json.dump({"setup": describe(args), "rows": rows}, handle, indent=1)
+
+
 def run(args: argparse.Namespace) -> list[dict]:
+    """Measure every row; with --json the file is rewritten after each, so a run cut off keeps its rows."""
     from bench_train import SyntheticIds, lengths
 
     rng = np.random.default_rng(0)
@@ -178,6 +186,8 @@ def run(args: argparse.Namespace) -> list[dict]:
                        "memory_ratio": None if peaks[scheme] is None else peaks[scheme] / peaks["absolute"]}
                 rows.append(row)
                 print(table_row(row), flush=True)
+                if args.json:
+                    write_json(args.json, args, rows)
     return rows
 
 
@@ -202,8 +212,7 @@ def main(argv: list[str] | None = None) -> int:
             return 2
         rows = run(args)
     if args.json:
-        with open(args.json, "w", encoding="utf-8") as handle:
-            json.dump({"setup": describe(args), "rows": rows}, handle, indent=1)
+        write_json(args.json, args, rows)
     return 0
 
 

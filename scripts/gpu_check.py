@@ -1,7 +1,8 @@
 """Everything that needs a GPU, in one command (``scripts/gpu_check.sh`` runs it). Measured on one H200
-(2026-11-26): tests 117 s, trainer 219 s (with runs twice today's length), ddp 15 s, train 53 s (two repeats; now
-three, with a replayed warm-up: about 2 minutes), bench 37 s; so about 6 minutes now, plus the machine's start.
-With a 15-minute lease, run it once whole and re-run single parts (--parts) if one fails.
+(2026-11-26): tests 117 s, trainer 219 s (with longer runs than today's: demo 600 and 300 updates, Multi30k 1,000),
+ddp 15 s, train 53 s (two repeats; now three, with a replayed warm-up: about 2 minutes), bench 37 s; so about
+6 minutes now, plus the machine's start. With a 15-minute lease, run it once whole and re-run single parts
+(--parts) if one fails.
 
 1. tests    the GPU unit tests (pytest -m gpu: float32 and bfloat16 exactness of the Triton kernels and of the torch
             path against a float64 reference, seeded dropout, cached decoding equal to full decoding, SDPA for
@@ -44,6 +45,9 @@ REPO = Path(__file__).resolve().parents[1]
 PARTS = ("tests", "trainer", "ddp", "train", "bench")
 ATTENTION_GOAL = 1.3  # Shaw K+V forward+backward / SDPA flash, L = 128-512
 ATTENTION_GOAL_LENGTHS = (128, 256, 512)
+# Seconds one command of each part may take: a few times what it took on an H200 (tests 117 s, a trainer command
+# under 100 s, ddp 15 s, train 53 s with two repeats, bench 37 s), so that --all-tests and --presets big fit too.
+PART_TIMEOUTS = {"tests": 900, "trainer": 300, "ddp": 300, "train": 1200, "bench": 600}
 SPEED_GOAL = 0.93  # training tokens/s, relative / absolute
 MEMORY_GOAL = 1.1  # peak memory, relative / absolute
 # The paper's runs (Shaw et al. 2018 after Vaswani et al. 2017): updates of ~25,000 target tokens.
@@ -64,7 +68,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--multi30k-dir", default=None,
                         help="trainer part: Multi30k's files (as ../shared/data/multi30k, with tok/) for the recipe run")
     parser.add_argument("--multi30k-steps", type=int, default=600, help="trainer part: updates of the recipe run")
-    parser.add_argument("--part-timeout", type=int, default=240, help="seconds each command of a part may take")
+    parser.add_argument("--part-timeout", type=int, default=None,
+                        help="seconds each command of a part may take (default: per part, PART_TIMEOUTS)")
     parser.add_argument("--out", default=None, help="write the Markdown here (default runs/gpu_check/<time>.md)")
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)  # the torchrun child
     parser.add_argument("--ddp-device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)  # cpu: gloo
@@ -132,8 +137,8 @@ def _sets(settings: list[str]) -> list[str]:
 
 
 def _last_speed(run_dir: Path) -> dict:
-    """A run's last update, its median target tokens/s over the logged windows after the first (start-up) one and
-    its peak memory (the trainer's own reader and records)."""
+    """A run's last update, its median target tokens/s over the last half of its logged windows (a GPU's first
+    epoch is several times slower: new batch shapes), and its peak memory (the trainer's own reader and records)."""
     from rpr_mt.errors import UserError
     from rpr_mt.metrics import read_records
 
@@ -143,7 +148,7 @@ def _last_speed(run_dir: Path) -> dict:
     except UserError:
         records = []
     last = records[-1] if records else {}
-    speeds = [r["tgt_tok_s"] for r in records[1:]] or [r["tgt_tok_s"] for r in records]
+    speeds = [r["tgt_tok_s"] for r in records[len(records) // 2:]]
     return {"updates": last.get("step"), "tgt_tok_s": statistics.median(speeds) if speeds else None,
             "peak_mb": max((r.get("peak_mem_mb") or 0 for r in records), default=None)}
 
@@ -202,7 +207,7 @@ def part_trainer(work: Path, multi30k_dir: str | None, multi30k_steps: int, time
         runs.append(trainer_run(work, "multi30k_lit", "configs/multi30k_en_de_lit.yaml",
                                 [f"data.multi30k_dir={Path(multi30k_dir).resolve()}"],
                                 ["train.precision=bf16", f"train.max_steps={multi30k_steps}",
-                                 f"train.validate_every={multi30k_steps // 2}", "train.save_every=250",
+                                 f"train.validate_every={max(1, multi30k_steps // 2)}", "train.save_every=250",
                                  "train.log_every=100"], timeout, which="average"))
     return {"ok": all(r["ok"] for r in runs), "runs": runs}
 
@@ -229,12 +234,12 @@ def torchrun() -> list[str]:
     return [sys.executable, "-m", "torch.distributed.run"]
 
 
-def part_ddp(work: Path, gpus: int) -> dict:
+def part_ddp(work: Path, gpus: int, timeout: int) -> dict:
     """NCCL all-reduce through DDP on ``gpus`` processes; with >= 2 GPUs also the trainer itself under torchrun."""
     report = work / "ddp.json"
     command = [*torchrun(), "--standalone", "--nproc_per_node", str(gpus), "scripts/gpu_check.py", "--ddp-worker",
                "--out", str(report)]
-    code, _, seconds = run_logged(command, work / "ddp.log", timeout=300)
+    code, _, seconds = run_logged(command, work / "ddp.log", timeout=timeout)
     result = json.loads(report.read_text()) if report.is_file() else {}
     result.update(ok=code == 0 and result.get("agree") is True, gpus=gpus, seconds=seconds)
     if gpus >= 2:
@@ -497,16 +502,17 @@ def main(argv: list[str] | None = None) -> int:
     start = time.monotonic()
     for part in (p for p in PARTS if p in args.parts):  # tests first: a broken kernel shows before the timings
         print(f"\n## {part}", flush=True)
+        timeout = args.part_timeout or PART_TIMEOUTS[part]
         if part == "tests":
-            results["tests"] = part_tests(work, args.all_tests, args.part_timeout)
+            results["tests"] = part_tests(work, args.all_tests, timeout)
         elif part == "trainer":
-            results["trainer"] = part_trainer(work, args.multi30k_dir, args.multi30k_steps, args.part_timeout)
+            results["trainer"] = part_trainer(work, args.multi30k_dir, args.multi30k_steps, timeout)
         elif part == "train":
-            results["train"] = part_train(work, args.presets, args.part_timeout)
+            results["train"] = part_train(work, args.presets, timeout)
         elif part == "ddp":
-            results["ddp"] = part_ddp(work, gpus)
+            results["ddp"] = part_ddp(work, gpus, timeout)
         elif part == "bench":
-            results["bench"] = part_bench(work, args.lengths, args.part_timeout)
+            results["bench"] = part_bench(work, args.lengths, timeout)
         out.parent.mkdir(parents=True, exist_ok=True)  # after every part: a run cut off still leaves its table
         out.write_text(render(results, args, env) + f"\n(gpu_check: cut off after {part}?)\n")
         (work / "results.json").write_text(json.dumps({"env": env, "results": results}, indent=1, default=str))

@@ -194,3 +194,9 @@ def test_ddp_worker_under_torchrun_on_the_cpu(tmp_path):
     assert done.returncode == 0, done.stderr[-3000:]
     result = json.loads(report.read_text())
     assert result["world"] == 2 and result["backend"] == "gloo" and result["agree"] is True
+
+
+def test_training_benchmark_needs_a_timed_update():
+    bench = load_script("benchmarks/bench_gpu_train.py")
+    with pytest.raises(ValueError, match="at least one batch and one timed update"):
+        bench.batch_order(n_batches=5, warmup=3, updates=0)

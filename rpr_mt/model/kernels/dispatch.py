@@ -16,16 +16,21 @@ Implementations (``impl``):
 * ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention``, for content attention where no gradient is
   needed, or off the CPU.
 * ``"triton"``: fused FlashAttention-style Triton kernels with both relative terms inside the online softmax
-  (``triton_shaw.py``; CUDA, or the CPU under ``TRITON_INTERPRET=1``). The CUDA default for relative attention
-  with 8+ queries whenever Triton is installed, by measurement on an H200 in bf16 (``scripts/gpu_check.sh``,
-  docs/benchmarks.md): the base model trained 1.34-1.64x as many tokens/s as on the torch path ("fused") with
-  0.86-0.89x its peak memory, and Shaw K+V attention forward+backward took 0.23-0.36x the torch path's time at
-  L = 64-1024. Without Triton, CUDA falls back to "fused".
+  (``triton_shaw.py``; CUDA, or the CPU under ``TRITON_INTERPRET=1``). The default for relative attention with 8+
+  queries in bfloat16 on an NVIDIA GPU of compute capability 8.0 or newer with Triton >= 3.2 (``_triton_runs``),
+  by measurement on an H200 in bf16 (``scripts/gpu_check.sh``, docs/benchmarks.md): the base model trained
+  1.34-1.64x as many tokens/s as on the torch path ("fused") with 0.86-0.89x its peak memory, and Shaw K+V
+  attention forward+backward took 0.23-0.36x the torch path's time at L = 64-1024 (the best of three tile shapes:
+  the default 64x64 at L = 64, 64x32 from L = 128).
+  float32 and float16 were not measured and stay on "fused", as does everything where the kernels cannot run, and
+  ``RPR_MT_TRITON=0`` turns the default off.
 
 ``choose_impl`` is the whole policy; nothing else decides.
 """
 
 from __future__ import annotations
+
+import os
 
 import torch
 import torch.nn.functional as F
@@ -69,7 +74,7 @@ def choose_impl(q: Tensor, k_len: int, *, tables: bool, needs_grad: bool) -> str
             return "gather"
         if native_ok:
             return "native"
-        return "triton" if q.device.type == "cuda" and _triton_runs(q) else "fused"
+        return "triton" if _triton_runs(q) else "fused"
     if needs_grad and native_ok and k_len > 0:
         return "native"
     if needs_grad and q.device.type == "cpu" and q_len * k_len <= _CPU_MATMUL_MAX_PAIRS:
@@ -77,12 +82,35 @@ def choose_impl(q: Tensor, k_len: int, *, tables: bool, needs_grad: bool) -> str
     return "sdpa"
 
 
-def _triton_runs(q: Tensor) -> bool:
-    """Whether the Triton kernels run on tensors like ``q`` (Triton installed, a CUDA device, a float dtype). The
-    module is imported on the first CUDA call only: it imports triton, which the CPU path never needs."""
-    from rpr_mt.model.kernels import triton_shaw
+# Triton before 3.2 is below the version the kernels were written for (pyproject's [triton] extra).
+_TRITON_MIN_VERSION = (3, 2)
 
+
+def _triton_runs(q: Tensor) -> bool:
+    """Whether the default policy may put relative attention on the Triton kernels for queries like ``q``: bfloat16
+    (the measured precision) on an NVIDIA GPU (not ROCm) of compute capability 8.0 or newer, Triton >= 3.2 importable,
+    and ``RPR_MT_TRITON`` not "0". The module is imported on the first such call only: it imports triton, which the
+    CPU path never needs, and any failure to import it means the torch path."""
+    if q.device.type != "cuda" or q.dtype != torch.bfloat16 or os.environ.get("RPR_MT_TRITON") == "0":
+        return False
+    if torch.version.hip is not None or torch.cuda.get_device_capability(q.device) < (8, 0):
+        return False
+    try:
+        from rpr_mt.model.kernels import triton_shaw
+    except Exception:  # a broken triton install must not stop training: the torch path computes the same thing
+        return False
+    if triton_shaw.triton is None or _version(triton_shaw.triton.__version__) < _TRITON_MIN_VERSION:
+        return False
     return triton_shaw.available(q)
+
+
+def _version(text: str) -> tuple[int, ...]:
+    """(major, minor) of a version string such as "3.6.0" or "3.2.0+git1234"."""
+    parts = []
+    for piece in text.split(".")[:2]:
+        digits = "".join(ch for ch in piece if ch.isdigit())
+        parts.append(int(digits) if digits else 0)
+    return tuple(parts)
 
 
 def _needs_grad(*tensors: Tensor | None) -> bool:

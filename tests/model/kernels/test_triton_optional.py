@@ -57,30 +57,53 @@ class CudaQueries:
 
 CUDA_POLICY = """
 import sys
-if sys.argv[1] == "without":
+scenario = sys.argv[1]
+if scenario == "no-triton":
     sys.modules["triton"] = None
     sys.modules["triton.language"] = None
 import torch
+torch.cuda.get_device_capability = lambda device=None: (7, 0) if scenario == "volta" else (9, 0)
 sys.path.insert(0, "tests/model/kernels")
 from test_triton_optional import CudaQueries
 from rpr_mt.model.kernels import choose_impl
-print(choose_impl(CudaQueries(128), 128, tables=True, needs_grad=True),
-      choose_impl(CudaQueries(128), 128, tables=True, needs_grad=False),
-      choose_impl(CudaQueries(1), 40, tables=True, needs_grad=False),
-      choose_impl(CudaQueries(128), 128, tables=False, needs_grad=True))
+dtype = {"fp32": torch.float32, "fp16": torch.float16}.get(scenario, torch.bfloat16)
+print(choose_impl(CudaQueries(128, dtype), 128, tables=True, needs_grad=True),
+      choose_impl(CudaQueries(128, dtype), 128, tables=True, needs_grad=False),
+      choose_impl(CudaQueries(1, dtype), 40, tables=True, needs_grad=False),
+      choose_impl(CudaQueries(128, dtype), 128, tables=False, needs_grad=True))
 """
 
 
-@pytest.mark.parametrize("triton_installed", [True, False])
-def test_cuda_default_for_relative_attention_is_the_triton_kernel_when_triton_is_installed(triton_installed):
-    """Chosen by measurement on a GPU (docs/benchmarks.md): with 8+ queries Shaw attention on CUDA runs on the Triton
-    kernels, else on the torch path; incremental decoding (one query) stays on gather, content attention on SDPA."""
-    if triton_installed:
+@pytest.mark.parametrize("scenario, chosen", [
+    ("bf16", "triton"),  # the measured case: bfloat16 on an sm_80+ GPU with Triton
+    ("fp32", "fused"),  # not measured on a GPU
+    ("fp16", "fused"),
+    ("volta", "fused"),  # compute capability below 8.0
+    ("opt-out", "fused"),  # RPR_MT_TRITON=0
+    ("no-triton", "fused"),
+])
+def test_cuda_default_for_relative_attention_is_the_triton_kernel_only_where_it_was_measured(scenario, chosen):
+    """Chosen by measurement on an H200 in bf16 (docs/benchmarks.md): with 8+ queries, bfloat16 Shaw attention on
+    an sm_80+ GPU runs on the Triton kernels, everything else on the torch path; incremental decoding (one query)
+    stays on gather, content attention on SDPA."""
+    if chosen == "triton":
         pytest.importorskip("triton")
-    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    env = {key: value for key, value in os.environ.items() if key not in ("TRITON_INTERPRET", "RPR_MT_TRITON")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run([sys.executable, "-c", CUDA_POLICY, "with" if triton_installed else "without"],
-                          capture_output=True, text=True, cwd=ROOT, env=env, timeout=120)
+    if scenario == "opt-out":
+        env["RPR_MT_TRITON"] = "0"
+    done = subprocess.run([sys.executable, "-c", CUDA_POLICY, scenario], capture_output=True, text=True, cwd=ROOT,
+                          env=env, timeout=120)
     assert done.returncode == 0, done.stderr
-    chosen = "triton" if triton_installed else "fused"
     assert done.stdout.split() == [chosen, chosen, "gather", "sdpa"]
+
+
+def test_a_triton_that_fails_to_import_means_the_torch_path():
+    # not only ImportError: a broken install (a missing libcuda symbol, say) must not stop training
+    script = CUDA_POLICY.replace('if scenario == "no-triton":', 'class Broken:\n    def find_spec(self, name, path=None, target=None):\n        if name == "triton":\n            raise RuntimeError("broken triton")\nsys.meta_path.insert(0, Broken())\nif False:')
+    env = {key: value for key, value in os.environ.items() if key not in ("TRITON_INTERPRET", "RPR_MT_TRITON")}
+    env["PYTHONPATH"] = str(ROOT)
+    done = subprocess.run([sys.executable, "-c", script, "bf16"], capture_output=True, text=True, cwd=ROOT, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.split() == ["fused", "fused", "gather", "sdpa"]
