@@ -136,15 +136,22 @@ def _sets(settings: list[str]) -> list[str]:
     return [arg for setting in settings for arg in ("--set", setting)]
 
 
-def _last_speed(run_dir: Path) -> dict:
-    """A run's last update, its median target tokens/s over the last half of its logged windows (a GPU's first
-    epoch is several times slower: new batch shapes), and its peak memory (the trainer's own reader and records)."""
-    from rpr_mt.errors import UserError
+def _training_records(run_dir: Path) -> list[dict]:
+    """A run's training records, through the trainer's own reader (a cut-off last line is not a failure; a corrupt
+    file raises UserError)."""
     from rpr_mt.metrics import read_records
 
     metrics = run_dir / "metrics.jsonl"
+    return [r for r in read_records(metrics) if "tgt_tok_s" in r] if metrics.is_file() else []
+
+
+def _last_speed(run_dir: Path) -> dict:
+    """A run's last update, its median target tokens/s over the last half of its logged windows (a GPU's first
+    epoch is several times slower: new batch shapes), and its peak memory."""
+    from rpr_mt.errors import UserError
+
     try:
-        records = [r for r in read_records(metrics) if "tgt_tok_s" in r] if metrics.is_file() else []
+        records = _training_records(run_dir)
     except UserError:
         records = []
     last = records[-1] if records else {}
@@ -254,24 +261,20 @@ def trainer_under_torchrun(work: Path, gpus: int) -> dict:
     settings = [f"data.output_dir={data}", f"train.run_dir={run_dir}", "train.device=cuda", "train.precision=bf16",
                 "train.max_time=30", "train.validate_every=100000", "train.save_every=100000", "train.valid_bleu=false",
                 "train.valid_max_sentences=100", "train.max_tokens=8192"]
-    sets = [arg for setting in settings for arg in ("--set", setting)]
-    code, _, _ = run_logged([sys.executable, "-m", "rpr_mt.cli", "prepare", "--config", "configs/demo.yaml", *sets[:2]],
-                            work / "demo_prepare.log", timeout=300)
+    sets = _sets(settings)
+    code, _, _ = run_logged(_cli("prepare", "--config", "configs/demo.yaml", *sets[:2]), work / "demo_prepare.log",
+                            timeout=300)
     if code != 0:
         return {"ok": False, "error": "prepare failed"}
     code, output, seconds = run_logged([*torchrun(), "--standalone", "--nproc_per_node", str(gpus), "-m",
                                         "rpr_mt.cli", "train", "--config", "configs/demo.yaml", *sets],
                                        work / "demo_train.log", timeout=600)
     from rpr_mt.errors import UserError
-    from rpr_mt.metrics import read_records  # the trainer's own reader: a cut-off last line is not a failure
 
-    records = []
-    metrics = run_dir / "metrics.jsonl"
-    if metrics.is_file():
-        try:
-            records = [record for record in read_records(metrics) if "tgt_tok_s" in record]
-        except UserError as err:
-            return {"ok": False, "error": str(err), "seconds": seconds}
+    try:
+        records = _training_records(run_dir)
+    except UserError as err:
+        return {"ok": False, "error": str(err), "seconds": seconds}
     last = records[-1] if records else {}
     return {"ok": code == 0 and bool(records), "updates": last.get("step"), "tgt_tok_s": last.get("tgt_tok_s"),
             "seconds": seconds}

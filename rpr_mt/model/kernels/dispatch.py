@@ -30,6 +30,7 @@ Implementations (``impl``):
 
 from __future__ import annotations
 
+import functools
 import os
 
 import torch
@@ -93,7 +94,14 @@ def _triton_runs(q: Tensor) -> bool:
     CPU path never needs, and any failure to import it means the torch path."""
     if q.device.type != "cuda" or q.dtype != torch.bfloat16 or os.environ.get("RPR_MT_TRITON") == "0":
         return False
-    if torch.version.hip is not None or torch.cuda.get_device_capability(q.device) < (8, 0):
+    return _triton_ready(q.device.index)
+
+
+@functools.lru_cache(maxsize=None)
+def _triton_ready(device_index: int | None) -> bool:
+    """The part of ``_triton_runs`` that cannot change while a process runs, decided once per device (it is asked
+    on every attention call)."""
+    if torch.version.hip is not None or torch.cuda.get_device_capability(device_index) < (8, 0):
         return False
     try:
         from rpr_mt.model.kernels import triton_shaw
@@ -101,7 +109,7 @@ def _triton_runs(q: Tensor) -> bool:
         return False
     if triton_shaw.triton is None or _version(triton_shaw.triton.__version__) < _TRITON_MIN_VERSION:
         return False
-    return triton_shaw.available(q)
+    return not triton_shaw.interpreting()  # the interpreter runs CPU tensors only (triton_shaw.unavailable_reason)
 
 
 def _version(text: str) -> tuple[int, ...]:

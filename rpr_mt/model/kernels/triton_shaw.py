@@ -37,8 +37,9 @@ instead (tests). Rows with no allowed key (dead rows) give zeros and zero gradie
 
 Triton is optional (``pip install 'rpr-mt[triton]'``): this module imports without it, and ``dispatch`` imports it
 only for ``impl="triton"`` or where its default policy may pick these kernels (bfloat16 relative attention on an
-sm_80+ NVIDIA GPU; ``dispatch._triton_runs``). On a CPU the kernels run in Triton's interpreter (``TRITON_INTERPRET=1``, set before
-Triton is imported), which is how the tests check them against the float64 reference without a GPU.
+sm_80+ NVIDIA GPU; ``dispatch._triton_runs``). On a CPU the kernels run in Triton's interpreter
+(``TRITON_INTERPRET=1``, set before Triton is imported), which is how the tests check them against the float64
+reference without a GPU.
 """
 
 from __future__ import annotations
