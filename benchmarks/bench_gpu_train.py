@@ -14,6 +14,8 @@ Configurations (``--schemes``):
     relative-torch   Shaw et al.'s tables (base: k = 16 per head; big: k = 8 shared), every self-attention call on
                      the chunked torch path (impl="fused"; the CUDA default where Triton is not installed)
     relative-triton  the same model on the fused Triton kernels (impl="triton"; the CUDA default with Triton)
+    relative-triton-tiles  the same with the kernel tiles of --tiles (RPR_MT_TRITON_TILES while it runs; from
+                     benchmarks/tune_gpu_attention.py), measured beside the default tiles
 
 Batches: --max-tokens per batch, each a value to measure; 3,125 is one GPU's share of the paper's 25,000-token
 update on 8 GPUs (max_tokens 25,000, update_freq 1 under torchrun), 25,000 the whole update on one GPU.
@@ -40,15 +42,16 @@ import torch
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train, beside this file
 
 COLUMNS = ["model", "tokens/batch", "scheme", "tgt tok/s", "/ absolute", "peak MiB", "/ absolute"]
-SCHEMES = ["absolute", "relative-torch", "relative-triton"]
-IMPLS = {"relative-torch": "fused", "relative-triton": "triton"}  # the attention each relative scheme forces
+SCHEMES = ["absolute", "relative-torch", "relative-triton", "relative-triton-tiles"]
+IMPLS = {"relative-torch": "fused", "relative-triton": "triton", "relative-triton-tiles": "triton"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", choices=["base", "big"], default=["base"])
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[3125, 25000])
-    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=SCHEMES)
+    parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=SCHEMES[:3])
+    parser.add_argument("--tiles", default="", help="RPR_MT_TRITON_TILES of the relative-triton-tiles scheme")
     parser.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--updates", type=int, default=20)
@@ -93,19 +96,27 @@ def build(preset: str, scheme: str, args: argparse.Namespace):
 
 
 @contextlib.contextmanager
-def attention_impl(scheme: str):
-    """The relative schemes: every Shaw self-attention call with the scheme's impl, whatever the default policy."""
+def attention_impl(scheme: str, tiles: str = ""):
+    """The relative schemes: every Shaw self-attention call with the scheme's impl, whatever the default policy;
+    relative-triton-tiles with RPR_MT_TRITON_TILES=tiles while it runs (relative-triton without it)."""
     if scheme not in IMPLS:
         yield
         return
+    import os
+
     import rpr_mt.model.positions.shaw as shaw
 
-    original = shaw.relative_attention
+    original, saved = shaw.relative_attention, os.environ.pop("RPR_MT_TRITON_TILES", None)
     shaw.relative_attention = functools.partial(original, impl=IMPLS[scheme])
+    if scheme == "relative-triton-tiles":
+        os.environ["RPR_MT_TRITON_TILES"] = tiles
     try:
         yield
     finally:
         shaw.relative_attention = original
+        os.environ.pop("RPR_MT_TRITON_TILES", None)
+        if saved is not None:
+            os.environ["RPR_MT_TRITON_TILES"] = saved
 
 
 def batch_order(n_batches: int, warmup: int, updates: int) -> list[int]:
@@ -130,7 +141,7 @@ def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Name
     batches = make_batches(data, np.arange(len(data)), max_tokens, seed=1, epoch=0)
     cuda = device.type == "cuda"
     tokens, start = 0, 0.0
-    with attention_impl(scheme):
+    with attention_impl(scheme, args.tiles):
         for i, index in enumerate(batch_order(len(batches), args.warmup, args.updates)):
             if i == args.warmup:
                 if cuda:
@@ -194,11 +205,20 @@ def run(args: argparse.Namespace) -> list[dict]:
 def describe(args: argparse.Namespace) -> str:
     name = torch.cuda.get_device_name() if args.device == "cuda" and torch.cuda.is_available() else args.device
     return (f"# training on {name}: {args.precision}, vocab {args.vocab}, WMT-like lengths, {args.updates} timed "
-            f"updates after {args.warmup} replaying them, median of {args.repeats} alternating repeats, torch {torch.__version__}")
+            f"updates after {args.warmup} replaying them, median of {args.repeats} alternating repeats, "
+            f"torch {torch.__version__}" + (f", tiles {args.tiles}" if args.tiles else ""))
 
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
+    if "relative-triton-tiles" in args.schemes:
+        from rpr_mt.model.kernels.triton_shaw import parse_tiles
+
+        try:
+            parse_tiles(args.tiles)
+        except ValueError as error:
+            print(f"--tiles: {error}", file=sys.stderr)
+            return 2
     print(describe(args))
     print(header())
     if args.dry_run:

@@ -200,3 +200,41 @@ def test_training_benchmark_needs_a_timed_update():
     bench = load_script("benchmarks/bench_gpu_train.py")
     with pytest.raises(ValueError, match="at least one batch and one timed update"):
         bench.batch_order(n_batches=5, warmup=3, updates=0)
+
+
+@pytest.mark.triton
+def test_tile_tuner_runs_on_the_cpu_in_the_interpreter(tmp_path):
+    """benchmarks/tune_gpu_attention.py end to end on tiny shapes (no GPU times: the profiler sees no kernels), so
+    that a GPU session does not find a bug in it; with no GPU times it keeps the default tiles."""
+    pytest.importorskip("triton")
+    done = interpreted(sys.executable, "benchmarks/tune_gpu_attention.py", "--device", "cpu", "--lengths", "16",
+                       "--tokens", "16", "--heads", "1", "--dim", "16", "--clip", "2", "--repeats", "1",
+                       "--candidates", "16,16,1,1", "--masks", "padding", "causal",
+                       "--json", str(tmp_path / "tune.json"),
+                       "--tiles-out", str(tmp_path / "tiles.txt"))
+    assert done.returncode == 0, done.stderr[-3000:]
+    result = __import__("json").loads((tmp_path / "tune.json").read_text())
+    assert [(r["blocks"], r["mask"]) for r in result["sweep"]] == [("16,16,1,1", "padding"), ("16,16,1,1", "causal")]
+    assert len(result["end_to_end"]) == 1 and set(result["host_us_per_call"]) >= {"sdpa", "triton kernels"}
+    assert (tmp_path / "tiles.txt").read_text().strip() == result["chosen"]
+
+
+def test_tile_tuner_chooses_each_kernel_by_its_own_time():
+    tune = load_script("benchmarks/tune_gpu_attention.py")
+
+    def row(L, mask, blocks, forward, dkdv, dq):
+        return {"L": L, "mask": mask, "blocks": blocks,
+                "parts": {"forward": forward, "pre": 0.01, "dkdv": dkdv, "dq": dq, "other": 0.2}}
+
+    cases = [(L, mask) for L in (128, 256) for mask in ("padding", "causal")]
+    sweep = [row(L, mask, "64,64,4,2", 1.0, 2.0, 1.0) for L, mask in cases]
+    sweep += [row(L, mask, "32,64,4,3", 0.8, 2.5, 0.7) for L, mask in cases]
+    sweep += [row(L, mask, "16,64,4,3", 0.1, 0.1, 0.1) for L, mask in cases[:3]]  # failed once: never chosen
+    tiles = tune.choose(sweep, [128, 256])
+    assert (tiles.forward.m, tiles.dkdv.m, tiles.dq.m) == (32, 64, 32)
+
+
+def test_training_benchmark_checks_its_tiles(tmp_path):
+    done = run(sys.executable, "benchmarks/bench_gpu_train.py", "--dry-run", "--schemes", "relative-triton-tiles",
+               "--tiles", "fwd=64,48,4,2")
+    assert done.returncode == 2 and "--tiles" in done.stderr and "Traceback" not in done.stderr

@@ -60,7 +60,9 @@ except ImportError:  # optional dependency: the module must import without it
 
 __all__ = [
     "Blocks",
+    "Tiles",
     "TritonShawAttention",
+    "as_tiles",
     "available",
     "draw_seed",
     "dropout_keep_mask",
@@ -80,8 +82,62 @@ class Blocks(NamedTuple):
     stages: int = 2
 
 
+class Tiles(NamedTuple):
+    """Launch settings of each kernel (``benchmarks/tune_gpu_attention.py`` times them kernel by kernel). The
+    defaults are one Blocks for all: on an H100, tiles chosen per kernel made the attention calls of a benchmark
+    faster but base-model training slower (docs/benchmarks.md)."""
+
+    forward: Blocks = Blocks()
+    dkdv: Blocks = Blocks()  # BN keys per program, BM queries per loop step
+    dq: Blocks = Blocks()  # also the rows of the preprocess kernel
+
+
+def as_tiles(blocks: Blocks | Tiles | None) -> Tiles:
+    """One Blocks for every kernel, or a Tiles as given; None: the interpreter's tiles, or on a GPU those of
+    ``RPR_MT_TRITON_TILES`` when it is set (``parse_tiles``; for tuning on a new GPU), else ``Tiles()``."""
+    if blocks is None:
+        if interpreting():
+            return _INTERPRETER_TILES
+        return parse_tiles(os.environ.get("RPR_MT_TRITON_TILES", ""))
+    if isinstance(blocks, Tiles):
+        return blocks
+    return Tiles(blocks, blocks, blocks)
+
+
+@functools.lru_cache(maxsize=8)
+def parse_tiles(spec: str) -> Tiles:
+    """Tiles from "fwd=BM,BN,warps,stages;dkdv=...;dq=..." (any subset; the rest default; "" gives ``Tiles()``), as
+    ``benchmarks/tune_gpu_attention.py`` prints them."""
+    fields = Tiles()._asdict()
+    names = {"fwd": "forward", "forward": "forward", "dkdv": "dkdv", "dq": "dq"}
+    for part in filter(None, (p.strip() for p in spec.split(";"))):
+        key, _, value = part.partition("=")
+        if key.strip() not in names:
+            raise ValueError(f"RPR_MT_TRITON_TILES: unknown part {key.strip()!r} in {spec!r} "
+                             "(fwd, dkdv, dq)")
+        name = names[key.strip()]
+        try:
+            blocks = Blocks(*(int(x) for x in value.split(",")))
+        except (TypeError, ValueError):
+            raise ValueError(f"RPR_MT_TRITON_TILES: {key.strip()}={value!r} is not BM,BN,warps,stages") from None
+        if len(blocks) != 4 or min(blocks[:2]) < 16 or any(x & (x - 1) for x in blocks[:3]):
+            raise ValueError(f"RPR_MT_TRITON_TILES: {key.strip()}={value!r}: BM, BN >= 16 and BM, BN, warps powers "
+                             "of two")
+        fields[name] = blocks
+    return Tiles(**fields)
+
+
+def format_tiles(tiles: Tiles) -> str:
+    """The ``parse_tiles`` form of ``tiles``."""
+    def blocks(b: Blocks) -> str:
+        return ",".join(str(x) for x in b)
+
+    return f"fwd={blocks(tiles.forward)};dkdv={blocks(tiles.dkdv)};dq={blocks(tiles.dq)}"
+
+
 # Interpreter runs use the smallest legal tiles, so that tiny test shapes still span several tiles of each kind.
 _INTERPRETER_BLOCKS = Blocks(16, 16, 1, 1)
+_INTERPRETER_TILES = Tiles(_INTERPRETER_BLOCKS, _INTERPRETER_BLOCKS, _INTERPRETER_BLOCKS)
 
 
 def interpreting() -> bool:
@@ -650,7 +706,7 @@ class TritonShawAttention(torch.autograd.Function):
         offset: int,
         dropout_p: float,
         seed: int | None,  # dropout drawn in the kernels (when dropout_p > 0 and keep is None)
-        blocks: Blocks | None,
+        blocks: Blocks | Tiles | None,
     ) -> Tensor:
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
@@ -659,7 +715,8 @@ class TritonShawAttention(torch.autograd.Function):
         if dropout_p > 0 and keep is None and seed is None:
             raise ValueError("dropout needs a seed or a keep mask")
         acc = _acc_dtype(q.dtype)
-        blocks = blocks or (_INTERPRETER_BLOCKS if interpreting() else Blocks())
+        tiles = as_tiles(blocks)
+        blocks = tiles.forward
         nb = _next_pow2(2 * clip + 1)
         full = (batch, heads, q_len, k_len)
         mask_u8 = None if mask is None else mask.view(torch.uint8)
@@ -688,14 +745,14 @@ class TritonShawAttention(torch.autograd.Function):
             **_table_dot(q.dtype), num_warps=blocks.warps, num_stages=blocks.stages,
         )
         ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, mask_u8, dead_u8, keep_u8, out, lse, qa, folded)
-        ctx.config = (clip, offset, dropout_p, seed, blocks, dropout, scalars)
+        ctx.config = (clip, offset, dropout_p, seed, tiles, dropout, scalars)
         return out
 
     @staticmethod
     @torch.autograd.function.once_differentiable
     def backward(ctx, grad_out: Tensor):  # type: ignore[override]
         q, k, v, rel_k, rel_v, bias, mask_u8, dead_u8, keep_u8, out, lse, qa, folded = ctx.saved_tensors
-        clip, offset, dropout_p, seed, blocks, dropout, scalars = ctx.config
+        clip, offset, dropout_p, seed, tiles, dropout, scalars = ctx.config
         batch, heads, q_len, dim = q.shape
         k_len = k.shape[2]
         acc = _acc_dtype(q.dtype)
@@ -721,22 +778,24 @@ class TritonShawAttention(torch.autograd.Function):
         qa_, g_, bias_, mask_, keep_, dead_ = (dummy if t is None else t for t in (qa, g, bias, mask_u8, keep_u8,
                                                                                     dead_u8))
         dead_strides = _strides4(dead_u8, (batch, heads, q_len, 1))[:3]
-        common = dict(
-            HAS_V=rel_v is not None, HAS_DEAD=dead_u8 is not None, BM=blocks.m, BD=bd, NB=nb, ACC=_tl_acc(q.dtype),
-            PREC=_precision(q.dtype), num_warps=blocks.warps, num_stages=blocks.stages,
-        )
+        common = dict(HAS_V=rel_v is not None, HAS_DEAD=dead_u8 is not None, BD=bd, NB=nb, ACC=_tl_acc(q.dtype),
+                      PREC=_precision(q.dtype))
+        blocks = tiles.dq
+        launch = dict(BM=blocks.m, num_warps=blocks.warps, num_stages=blocks.stages)
         _shaw_bwd_pre[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
             out, grad_out, dummy if rel_v is None else rel_v, dead_, delta, g_,
             *out.stride(), *grad_out.stride(), *_table_strides(rel_v), *dead_strides, heads, q_len, dim, clip,
-            **common,
+            **common, **launch,
         )
         common.update(HAS_K=rel_k is not None, HAS_BIAS=bias is not None, HAS_MASK=mask_u8 is not None,
-                      ROWS=_rows(bias, mask_u8), DROPOUT=dropout, BN=blocks.n)
+                      ROWS=_rows(bias, mask_u8), DROPOUT=dropout)
+        kv_blocks = tiles.dkdv
         masks = (*_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full), *dead_strides)
         scalars_ = (heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0)
-        _shaw_bwd_dkdv[(triton.cdiv(k_len, blocks.n) * batch * heads,)](
+        _shaw_bwd_dkdv[(triton.cdiv(k_len, kv_blocks.n) * batch * heads,)](
             q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, dead_, grad_k, grad_v,
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *masks, *scalars_, **common,
+            BM=kv_blocks.m, BN=kv_blocks.n, num_warps=kv_blocks.warps, num_stages=kv_blocks.stages,
         )
         table_grads = grad_rel_k if grad_rel_k is not None else grad_rel_v
         _shaw_bwd_dq[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
@@ -747,7 +806,7 @@ class TritonShawAttention(torch.autograd.Function):
             *_strides4(grad_bias, full), 0 if table_grads is None or table_grads.shape[0] == 1 else nb * bd,
             *scalars_,
             BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
-            GRAD_V=grad_rel_v is not None, **_table_dot(q.dtype), **common,
+            GRAD_V=grad_rel_v is not None, **_table_dot(q.dtype), **common, BN=blocks.n, **launch,
         )
         if grad_bias is not None:
             grad_bias = grad_bias.to(bias.dtype)
@@ -770,7 +829,7 @@ def triton_relative_attention(
     *,
     keep: Tensor | None = None,
     seed: int | None = None,
-    blocks: Blocks | None = None,
+    blocks: Blocks | Tiles | None = None,
 ) -> Tensor:
     """The kernels behind ``relative_attention(..., impl="triton")`` (arguments as ``dispatch`` prepares them: one
     dtype, a 4-d bias, a 4-d dead-row-revived mask). Dropout draws its seed with ``draw_seed`` unless ``seed`` or an

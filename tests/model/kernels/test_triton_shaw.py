@@ -23,7 +23,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton", reason="triton is not installed (pip install 'rpr-mt[triton]')")
 
 from rpr_mt.model.kernels import relative_attention, triton_shaw  # noqa: E402
-from rpr_mt.model.masks import as_4d  # noqa: E402
+from rpr_mt.model.masks import as_4d, revive_dead_rows  # noqa: E402
 
 from ..reference import reference_attention  # noqa: E402
 from ..test_attention import make_inputs, make_mask  # noqa: E402
@@ -119,6 +119,26 @@ def test_rectangular_tiles(blocks):
     check(with_grads(out, run), expected, names_of(inputs))
 
 
+# per-kernel tiles that differ in shape: forward, dK/dV, dQ (and its preprocess)
+MIXED_TILES = triton_shaw.Tiles(triton_shaw.Blocks(16, 32, 1, 1), triton_shaw.Blocks(32, 16, 1, 1),
+                                triton_shaw.Blocks(16, 16, 1, 1))
+MIXED_CASES = ["k1-padding-head-KV", "k2-causal-shared-KV", "k2-deadrow-shared-K", "cached-3-queries-offset18"]
+
+
+@pytest.mark.parametrize("case", MIXED_CASES, ids=MIXED_CASES)
+def test_per_kernel_tiles(case):
+    """Each kernel with its own tile shape (the buffers they pass on, q w^K^T, fold(P), delta and dO w^V^T, are laid
+    out by rows, whatever the tiles): the same values as the reference."""
+    batch, heads, q_len, k_len, dim, clip, offset, mask_kind, per_head, use_key, use_value = CASES[case]
+    inputs = make_inputs(batch, heads, q_len, k_len, dim, clip or 0, per_head, use_key, use_value)
+    mask = make_mask(mask_kind, batch, heads, q_len, k_len, offset)
+    expected = reference(inputs, clip, mask, offset)
+    run = to_run(inputs)
+    full, dead = (None, None) if mask is None else revive_dead_rows(as_4d(mask.to(DEVICE)))
+    out = triton_shaw.triton_relative_attention(*run, None, full, dead, clip, offset, 0.0, blocks=MIXED_TILES)
+    check(with_grads(out, run), expected, names_of(inputs))
+
+
 def test_frozen_tables():
     """Tables that need no gradient (frozen, or inference under autograd for q only): the kernels skip the table
     gradients and keeping fold(P); q, k, v still match."""
@@ -209,3 +229,23 @@ def test_unavailable_is_a_clear_error(monkeypatch):
     monkeypatch.setattr(triton_shaw, "triton", None)
     with pytest.raises(ValueError, match=r"needs the triton package \(pip install 'rpr-mt\[triton\]'\)"):
         relative_attention(q, k, v, rk, rv, clip=1, impl="triton")
+
+
+def test_tiles_parse_from_their_printed_form(monkeypatch):
+    """RPR_MT_TRITON_TILES (what benchmarks/tune_gpu_attention.py prints) sets the GPU default; bad values say
+    which part is wrong; the interpreter keeps its 16 x 16 tiles."""
+    tiles = triton_shaw.parse_tiles("fwd=128,64,8,2; dq=32,64,4,3")
+    assert tiles == triton_shaw.Tiles(forward=triton_shaw.Blocks(128, 64, 8, 2), dq=triton_shaw.Blocks(32, 64, 4, 3))
+    assert triton_shaw.parse_tiles(triton_shaw.format_tiles(tiles)) == tiles
+    assert triton_shaw.parse_tiles("") == triton_shaw.Tiles()
+    for bad, message in [("fwd=64,48,4,2", "powers of two"), ("fwd=8,16,1,1", ">= 16"), ("dk=64,64,4,2", "unknown"),
+                         ("dq=a,b", "BM,BN,warps,stages"), ("fwd=64,64,3,2", "powers of two")]:
+        with pytest.raises(ValueError, match=message):
+            triton_shaw.parse_tiles(bad)
+    monkeypatch.setenv("RPR_MT_TRITON_TILES", "dq=32,64,4,3")
+    if INTERPRETED:
+        assert triton_shaw.as_tiles(None) == triton_shaw._INTERPRETER_TILES
+    monkeypatch.setattr(triton_shaw, "interpreting", lambda: False)
+    assert triton_shaw.as_tiles(None).dq == triton_shaw.Blocks(32, 64, 4, 3)
+    monkeypatch.delenv("RPR_MT_TRITON_TILES")
+    assert triton_shaw.as_tiles(None) == triton_shaw.Tiles()

@@ -1,0 +1,57 @@
+"""Where the host (CPU) time of one relative-attention forward+backward on the Triton kernels goes: cProfile of
+--calls calls at a shape with no GPU work to speak of (B = 1, L = 16, H = 8, d = 64, k = 16, a padding mask, attention
+dropout 0.1), through ``relative_attention(impl="triton")`` as the model calls it. With small batches a GPU waits for
+this time (docs/benchmarks.md, "The second GPU session").
+
+    python benchmarks/profile_gpu_host.py             # the 35 most expensive functions, by own time and cumulative
+"""
+
+from __future__ import annotations
+
+import argparse
+import cProfile
+import pstats
+import sys
+
+import torch
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=int, default=50)
+    parser.add_argument("--top", type=int, default=35)
+    args = parser.parse_args(argv)
+    if not torch.cuda.is_available():
+        print("no CUDA device: nothing measured", file=sys.stderr)
+        return 2
+    from rpr_mt.model.kernels import relative_attention
+
+    gen = torch.Generator().manual_seed(0)
+    H, L, d, c = 8, 16, 64, 16
+    qkv = torch.randn(1, L, 3, H, d, generator=gen).to("cuda", torch.bfloat16).requires_grad_()
+    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
+    rel_k, rel_v = ((torch.randn(H, 2 * c + 1, d, generator=gen) * d**-0.5).to("cuda", torch.bfloat16)
+                    .requires_grad_() for _ in range(2))
+    grad_out = torch.randn(1, H, L, d, generator=gen).to("cuda", torch.bfloat16)
+    mask = torch.ones(1, 1, 1, L, dtype=torch.bool, device="cuda")
+
+    def call() -> None:
+        relative_attention(q, k, v, rel_k, rel_v, clip=c, attn_mask=mask, impl="triton",
+                           dropout_p=0.1).backward(grad_out)
+
+    for _ in range(5):  # compile
+        call()
+    torch.cuda.synchronize()
+    profiler = cProfile.Profile()
+    profiler.enable()
+    for _ in range(args.calls):
+        call()
+    torch.cuda.synchronize()
+    profiler.disable()
+    for order in ("tottime", "cumulative"):
+        pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
