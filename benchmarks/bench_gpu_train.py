@@ -51,7 +51,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--presets", nargs="+", choices=["base", "big"], default=["base"])
     parser.add_argument("--max-tokens", type=int, nargs="+", default=[3125, 25000])
     parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=SCHEMES[:3])
-    parser.add_argument("--tiles", default="", help="RPR_MT_TRITON_TILES of the relative-triton-tiles scheme")
+    parser.add_argument("--tiles", default="", help="RPR_MT_TRITON_TILES of the relative-triton-tiles scheme (on a "
+                        "GPU; the interpreter keeps its own tiles)")
     parser.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
     parser.add_argument("--vocab", type=int, default=32768)
     parser.add_argument("--updates", type=int, default=20)
@@ -211,7 +212,10 @@ def describe(args: argparse.Namespace) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
-    if "relative-triton-tiles" in args.schemes:
+    if ("relative-triton-tiles" in args.schemes) != bool(args.tiles):
+        print("--tiles and the relative-triton-tiles scheme go together", file=sys.stderr)
+        return 2
+    if args.tiles:
         from rpr_mt.model.kernels.triton_shaw import parse_tiles
 
         try:

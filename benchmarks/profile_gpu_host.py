@@ -34,6 +34,11 @@ def main(argv: list[str] | None = None) -> int:
                     .requires_grad_() for _ in range(2))
     grad_out = torch.randn(1, H, L, d, generator=gen).to("cuda", torch.bfloat16)
     mask = torch.ones(1, 1, 1, L, dtype=torch.bool, device="cuda")
+    from rpr_mt.model.kernels.triton_shaw import unavailable_reason
+
+    if unavailable_reason(q) is not None:
+        print(unavailable_reason(q), file=sys.stderr)
+        return 2
 
     def call() -> None:
         relative_attention(q, k, v, rel_k, rel_v, clip=c, attn_mask=mask, impl="triton",

@@ -8,7 +8,8 @@ gradient of the q/k/v views). Each kernel's tiles are then chosen separately (th
 lengths and masks), and the chosen
 ``Tiles`` are timed end to end (CUDA events, forward + backward) against ``Tiles()``, the default, and SDPA's
 FlashAttention, with the GPU-only time beside it: the difference is host time (Python, launches) that the GPU
-waited for. A last line measures that host time alone, per call at a tiny shape.
+waited for; that comparison uses the first of --masks (SDPA's memory-efficient kernel for a padding mask, as flash
+takes no mask tensor). A last line measures that host time alone, per call at a tiny shape.
 
     python benchmarks/tune_gpu_attention.py                          # L = 128, 256, 512; prints RPR_MT_TRITON_TILES
     python benchmarks/tune_gpu_attention.py --json tune.json --tiles-out tiles.txt
@@ -94,9 +95,10 @@ def gpu_parts(fn, grad_out: torch.Tensor, repeats: int) -> dict[str, float]:
             for _ in range(repeats):
                 fn().backward(grad_out)
             torch.cuda.synchronize()
-    except Exception as error:  # no CUPTI: every part gets the end-to-end time, so tiles are chosen as one
-        print(f"# the profiler failed ({type(error).__name__}: {error}): end-to-end times instead", file=sys.stderr)
-        return dict.fromkeys(PARTS, timed(fn, grad_out, repeats))
+    except Exception as error:  # no CUPTI: the end-to-end time shared out evenly, so tiles are chosen as one
+        print(f"# the profiler failed ({type(error).__name__}: {error}): end-to-end times, split evenly over the "
+              "parts, instead", file=sys.stderr)
+        return dict.fromkeys(PARTS, timed(fn, grad_out, repeats) / len(PARTS))
     parts = dict.fromkeys(PARTS, 0.0)
     for event in prof.key_averages():
         micros = getattr(event, "device_time_total", None)
@@ -145,18 +147,21 @@ def sdpa_call(q, k, v, mask_kind: str = "none"):
     return call
 
 
-def choose(sweep: list[dict], lengths: list[int]):
+def choose(sweep: list[dict]):
     """The Tiles with each kernel's least GPU time summed over the lengths and masks (dQ and its preprocess, which
-    share their tiles, together; "other" does not depend on the tiles)."""
+    share their tiles, together; "other" does not depend on the tiles), among the candidates that ran in every case;
+    ``Tiles()`` when none did."""
     from rpr_mt.model.kernels.triton_shaw import Blocks, Tiles
 
     cases = len({(r["L"], r.get("mask", "none")) for r in sweep})
 
     def total(candidate: str, parts: list[str]) -> float:
-        rows = [r for r in sweep if r["blocks"] == candidate]
-        return sum(r["parts"][p] for r in rows for p in parts) if len(rows) == cases else float("inf")
+        return sum(r["parts"][p] for r in sweep if r["blocks"] == candidate for p in parts)
 
-    candidates = sorted({r["blocks"] for r in sweep})
+    candidates = sorted(c for c in {r["blocks"] for r in sweep} if sum(r["blocks"] == c for r in sweep) == cases)
+    if not candidates:
+        print("# no candidate ran in every case: the default tiles", file=sys.stderr)
+        return Tiles()
     forward = min(candidates, key=lambda c: total(c, ["forward"]))
     dkdv = min(candidates, key=lambda c: total(c, ["dkdv"]))
     dq = min(candidates, key=lambda c: total(c, ["pre", "dq"]))
@@ -172,7 +177,14 @@ def main(argv: list[str] | None = None) -> int:
     if args.device == "cuda" and not torch.cuda.is_available():
         print("no CUDA device: nothing measured", file=sys.stderr)
         return 2
-    from rpr_mt.model.kernels.triton_shaw import Blocks, Tiles, format_tiles, triton_relative_attention
+    from rpr_mt.model.kernels.triton_shaw import Blocks, Tiles, format_tiles, parse_tiles, triton_relative_attention
+
+    for candidate in args.candidates:
+        try:
+            parse_tiles(f"fwd={candidate}")
+        except ValueError as error:
+            print(f"--candidates: {error}", file=sys.stderr)
+            return 2
 
     name = torch.cuda.get_device_name() if args.device == "cuda" else "cpu (Triton interpreter)"
     print(f"# Triton tiles on {name}, torch {torch.__version__}: H={args.heads} d={args.dim} k={args.clip} per-head "
@@ -208,7 +220,7 @@ def main(argv: list[str] | None = None) -> int:
                       + f" | {sum(parts.values()):.3f} |", flush=True)
         save()
 
-    chosen = choose(result["sweep"], args.lengths) if args.device == "cuda" else Tiles()
+    chosen = choose(result["sweep"]) if args.device == "cuda" else Tiles()
     result["chosen"] = format_tiles(chosen)
     print(f"\nRPR_MT_TRITON_TILES={format_tiles(chosen)}")
     if args.tiles_out:

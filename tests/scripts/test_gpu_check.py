@@ -230,11 +230,22 @@ def test_tile_tuner_chooses_each_kernel_by_its_own_time():
     sweep = [row(L, mask, "64,64,4,2", 1.0, 2.0, 1.0) for L, mask in cases]
     sweep += [row(L, mask, "32,64,4,3", 0.8, 2.5, 0.7) for L, mask in cases]
     sweep += [row(L, mask, "16,64,4,3", 0.1, 0.1, 0.1) for L, mask in cases[:3]]  # failed once: never chosen
-    tiles = tune.choose(sweep, [128, 256])
+    tiles = tune.choose(sweep)
     assert (tiles.forward.m, tiles.dkdv.m, tiles.dq.m) == (32, 64, 32)
+    patchy = [row(128, "padding", "64,32,4,3", 0.1, 0.1, 0.1), row(256, "padding", "32,64,4,3", 0.1, 0.1, 0.1)]
+    from rpr_mt.model.kernels.triton_shaw import Tiles
+
+    assert tune.choose(patchy) == tune.choose([]) == Tiles()  # no candidate ran everywhere: the defaults
 
 
-def test_training_benchmark_checks_its_tiles(tmp_path):
-    done = run(sys.executable, "benchmarks/bench_gpu_train.py", "--dry-run", "--schemes", "relative-triton-tiles",
-               "--tiles", "fwd=64,48,4,2")
+@pytest.mark.parametrize("arguments", [["--schemes", "relative-triton-tiles", "--tiles", "fwd=64,48,4,2"],
+                                       ["--schemes", "relative-triton-tiles"], ["--tiles", "fwd=64,64,4,2"]],
+                         ids=["bad", "scheme-without-tiles", "tiles-without-scheme"])
+def test_training_benchmark_checks_its_tiles(arguments):
+    done = run(sys.executable, "benchmarks/bench_gpu_train.py", "--dry-run", *arguments)
     assert done.returncode == 2 and "--tiles" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_tile_tuner_checks_its_candidates():
+    done = run(sys.executable, "benchmarks/tune_gpu_attention.py", "--candidates", "64,64", "--device", "cpu")
+    assert done.returncode == 2 and "four integers" in done.stderr and "Traceback" not in done.stderr

@@ -22,8 +22,9 @@ tiles that cross the band of width 2k + 1 around the diagonal need the per-eleme
   delta_i = dO_i . O_i and G = dO w^V^T; dP = dO v^T + place(G), dS = P (dP - delta); one kernel per key block
   for dK and dV, one per query block for dQ (with fold(dS) w^K, fold(dS) built like fold(P)), the bias gradient,
   and each block's share of the table gradients, fold(dS)^T q / sqrt(d) and fold(P)^T dO, added atomically into
-  [H, 2k+1, d] (one [2k+1, d] for shared tables). Nothing runs in torch but allocations. (Floating-point atomic
-  adds, here and for a broadcast bias's gradient, make those gradients not bitwise reproducible on a GPU.)
+  [H, 2k+1, d] (one [2k+1, d] for shared tables). Nothing runs in torch but allocations, zero-fills and casts.
+  (Floating-point atomic adds, here and for a broadcast bias's gradient, make those gradients not bitwise
+  reproducible on a GPU.)
 
 Extra memory is O(B H Lq (2k+1)): the bucket products and folds, the log-sum-exp and delta. Nothing of size Lq x Lk
 is stored, except the bias's own gradient when a bias of that size needs one.
@@ -51,6 +52,8 @@ from typing import NamedTuple
 import torch
 from torch import Tensor
 
+from rpr_mt.errors import UserError
+
 try:
     import triton
     import triton.language as tl
@@ -61,11 +64,14 @@ except ImportError:  # optional dependency: the module must import without it
 __all__ = [
     "Blocks",
     "Tiles",
+    "TilesError",
     "TritonShawAttention",
     "as_tiles",
     "available",
     "draw_seed",
     "dropout_keep_mask",
+    "format_tiles",
+    "parse_tiles",
     "triton_relative_attention",
     "unavailable_reason",
 ]
@@ -104,6 +110,10 @@ def as_tiles(blocks: Blocks | Tiles | None) -> Tiles:
     return Tiles(blocks, blocks, blocks)
 
 
+class TilesError(UserError, ValueError):
+    """A malformed RPR_MT_TRITON_TILES (the CLI reports it as one line, like any input error)."""
+
+
 @functools.lru_cache(maxsize=8)
 def parse_tiles(spec: str) -> Tiles:
     """Tiles from "fwd=BM,BN,warps,stages;dkdv=...;dq=..." (any subset; the rest default; "" gives ``Tiles()``), as
@@ -111,19 +121,21 @@ def parse_tiles(spec: str) -> Tiles:
     fields = Tiles()._asdict()
     names = {"fwd": "forward", "forward": "forward", "dkdv": "dkdv", "dq": "dq"}
     for part in filter(None, (p.strip() for p in spec.split(";"))):
-        key, _, value = part.partition("=")
-        if key.strip() not in names:
-            raise ValueError(f"RPR_MT_TRITON_TILES: unknown part {key.strip()!r} in {spec!r} "
-                             "(fwd, dkdv, dq)")
-        name = names[key.strip()]
+        key, _, value = (x.strip() for x in part.partition("="))
+        if key not in names:
+            raise TilesError(f"RPR_MT_TRITON_TILES: unknown part {key!r} in {spec!r} (fwd, dkdv, dq)")
         try:
-            blocks = Blocks(*(int(x) for x in value.split(",")))
-        except (TypeError, ValueError):
-            raise ValueError(f"RPR_MT_TRITON_TILES: {key.strip()}={value!r} is not BM,BN,warps,stages") from None
-        if len(blocks) != 4 or min(blocks[:2]) < 16 or any(x & (x - 1) for x in blocks[:3]):
-            raise ValueError(f"RPR_MT_TRITON_TILES: {key.strip()}={value!r}: BM, BN >= 16 and BM, BN, warps powers "
-                             "of two")
-        fields[name] = blocks
+            numbers = [int(x) for x in value.split(",")]
+        except ValueError:
+            numbers = []
+        if len(numbers) != 4:
+            raise TilesError(f"RPR_MT_TRITON_TILES: {key}={value!r} is not BM,BN,warps,stages (four integers)")
+        blocks = Blocks(*numbers)
+        if (min(blocks.m, blocks.n) < 16 or blocks.warps < 1 or blocks.stages < 1
+                or any(x & (x - 1) for x in (blocks.m, blocks.n, blocks.warps))):
+            raise TilesError(f"RPR_MT_TRITON_TILES: {key}={value!r}: BM, BN >= 16, warps >= 1, stages >= 1, and BM, "
+                             "BN, warps powers of two")
+        fields[names[key]] = blocks
     return Tiles(**fields)
 
 
@@ -687,8 +699,8 @@ def _table_grad(buffer: Tensor | None, table: Tensor | None) -> Tensor | None:
 class TritonShawAttention(torch.autograd.Function):
     """The fused kernels as an autograd Function. Inputs as for ``fused.FusedRelativeAttention`` (validated, cast
     and dead-row-revived by ``dispatch.relative_attention``), with dropout given as a seed or an explicit keep
-    mask. Nothing runs in torch but allocations: the table products, the folds, delta and the table gradients are
-    all inside the kernels."""
+    mask. Nothing runs in torch but allocations, zero-fills and casts: the table products, the folds, delta and the
+    table gradients are all inside the kernels."""
 
     @staticmethod
     def forward(  # type: ignore[override]

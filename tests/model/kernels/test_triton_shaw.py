@@ -23,6 +23,7 @@ if not torch.cuda.is_available():
 pytest.importorskip("triton", reason="triton is not installed (pip install 'rpr-mt[triton]')")
 
 from rpr_mt.model.kernels import relative_attention, triton_shaw  # noqa: E402
+from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.model.masks import as_4d, revive_dead_rows  # noqa: E402
 
 from ..reference import reference_attention  # noqa: E402
@@ -120,8 +121,8 @@ def test_rectangular_tiles(blocks):
 
 
 # per-kernel tiles that differ in shape: forward, dK/dV, dQ (and its preprocess)
-MIXED_TILES = triton_shaw.Tiles(triton_shaw.Blocks(16, 32, 1, 1), triton_shaw.Blocks(32, 16, 1, 1),
-                                triton_shaw.Blocks(16, 16, 1, 1))
+MIXED_TILES = triton_shaw.Tiles(triton_shaw.Blocks(32, 16, 1, 1), triton_shaw.Blocks(16, 32, 1, 1),
+                                triton_shaw.Blocks(16, 16, 1, 1))  # every grid-setting size differs from the others
 MIXED_CASES = ["k1-padding-head-KV", "k2-causal-shared-KV", "k2-deadrow-shared-K", "cached-3-queries-offset18"]
 
 
@@ -239,9 +240,12 @@ def test_tiles_parse_from_their_printed_form(monkeypatch):
     assert triton_shaw.parse_tiles(triton_shaw.format_tiles(tiles)) == tiles
     assert triton_shaw.parse_tiles("") == triton_shaw.Tiles()
     for bad, message in [("fwd=64,48,4,2", "powers of two"), ("fwd=8,16,1,1", ">= 16"), ("dk=64,64,4,2", "unknown"),
-                         ("dq=a,b", "BM,BN,warps,stages"), ("fwd=64,64,3,2", "powers of two")]:
-        with pytest.raises(ValueError, match=message):
+                         ("dq=a,b", "BM,BN,warps,stages"), ("fwd=64,64,3,2", "powers of two"),
+                         ("fwd=64,64", "four integers"), ("dkdv=64,64,0,2", "warps >= 1"),
+                         ("dq=64,64,4,0", "stages >= 1")]:
+        with pytest.raises(triton_shaw.TilesError, match=message):  # a UserError: the CLI prints one line
             triton_shaw.parse_tiles(bad)
+    assert issubclass(triton_shaw.TilesError, ValueError) and issubclass(triton_shaw.TilesError, UserError)
     monkeypatch.setenv("RPR_MT_TRITON_TILES", "dq=32,64,4,3")
     if INTERPRETED:
         assert triton_shaw.as_tiles(None) == triton_shaw._INTERPRETER_TILES
