@@ -115,12 +115,37 @@ def peak_mib(fn: Callable[[], torch.Tensor], grad_out: torch.Tensor) -> float | 
     return (torch.cuda.max_memory_allocated() - base) / 2**20
 
 
-def measure(args: argparse.Namespace) -> list[dict]:
+def make_mask(kind: str, B: int, L: int, device: str) -> torch.Tensor | None:
+    """None, a padding mask [B, 1, 1, L] (the last 10% of keys of every other sentence) or a causal one [L, L]."""
+    if kind == "padding":
+        mask = torch.ones(B, 1, 1, L, dtype=torch.bool, device=device)
+        mask[::2, ..., L - max(1, L // 10):] = False
+        return mask
+    if kind == "causal":
+        from rpr_mt.model.masks import causal_mask
+
+        return causal_mask(L, L, device=device)
+    return None
+
+
+def sdpa_call(q: torch.Tensor, k: torch.Tensor, v: torch.Tensor, kind: str = "none") -> Callable[[], torch.Tensor]:
+    """SDPA's FlashAttention on a GPU (causal: is_causal; padding: the memory-efficient kernel, as flash takes no
+    mask tensor)."""
     from torch.nn.attention import SDPBackend, sdpa_kernel
 
+    mask = make_mask(kind, q.shape[0], q.shape[2], q.device.type) if kind == "padding" else None
+    backend = SDPBackend.EFFICIENT_ATTENTION if mask is not None else SDPBackend.FLASH_ATTENTION
+
+    def call() -> torch.Tensor:
+        with sdpa_kernel(backend) if q.device.type == "cuda" else contextlib.nullcontext():
+            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=kind == "causal")
+
+    return call
+
+
+def measure(args: argparse.Namespace) -> list[dict]:
     from rpr_mt.model.kernels import relative_attention
     from rpr_mt.model.kernels.triton_shaw import Blocks
-    from rpr_mt.model.masks import causal_mask
 
     dtype = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[args.dtype]
     device = args.device
@@ -136,12 +161,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
         qkv = torch.randn(B, L, 3, H, d, generator=gen).to(device, dtype).requires_grad_()
         q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
         grad_out = torch.randn(B, L, H, d, generator=gen).to(device, dtype).permute(0, 2, 1, 3)
-        mask = None
-        if args.mask == "padding":
-            mask = torch.ones(B, 1, 1, L, dtype=torch.bool, device=device)
-            mask[::2, ..., L - max(1, L // 10):] = False
-        elif args.mask == "causal":
-            mask = causal_mask(L, L, device=device)
+        mask = make_mask(args.mask, B, L, device)
 
         def shaw(key, value, impl, blocks=None):
             if impl == "triton" and blocks is not None:
@@ -153,12 +173,7 @@ def measure(args: argparse.Namespace) -> list[dict]:
                                                          blocks=blocks)
             return lambda: relative_attention(q, k, v, key, value, clip=c, attn_mask=mask, impl=impl)
 
-        def sdpa():
-            if args.mask == "padding":  # FlashAttention takes no mask tensor: the memory-efficient kernel does
-                with sdpa_kernel(SDPBackend.EFFICIENT_ATTENTION) if device == "cuda" else contextlib.nullcontext():
-                    return F.scaled_dot_product_attention(q, k, v, attn_mask=mask)
-            with sdpa_kernel(SDPBackend.FLASH_ATTENTION) if device == "cuda" else contextlib.nullcontext():
-                return F.scaled_dot_product_attention(q, k, v, is_causal=args.mask == "causal")
+        sdpa = sdpa_call(q, k, v, args.mask)
 
         row: dict = {"L": L, "B": B}
         row["sdpa_ms"] = timed(sdpa, grad_out, args.repeats, args.warmup)

@@ -30,9 +30,10 @@ import time
 from pathlib import Path
 
 import torch
-import torch.nn.functional as F
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_gpu_attention, beside this file
+
+from bench_gpu_attention import make_mask, sdpa_call  # noqa: E402
 
 KERNELS = {"_shaw_fwd": "forward", "_shaw_bwd_pre": "pre", "_shaw_bwd_dkdv": "dkdv", "_shaw_bwd_dq": "dq"}
 PARTS = ["forward", "pre", "dkdv", "dq", "other"]
@@ -56,17 +57,6 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--json", default=None, help="write everything measured to this file")
     parser.add_argument("--tiles-out", default=None, help="write the chosen RPR_MT_TRITON_TILES value to this file")
     return parser.parse_args(argv)
-
-
-def make_mask(kind: str, B: int, L: int, device: str):
-    """The kernels' 4-d boolean mask (None, padding [B, 1, 1, L], causal [1, 1, L, L]) and dead rows (none here)."""
-    if kind == "padding":
-        mask = torch.ones(B, 1, 1, L, dtype=torch.bool, device=device)
-        mask[::2, ..., L - max(1, L // 10):] = False
-        return mask
-    if kind == "causal":
-        return torch.ones(L, L, dtype=torch.bool, device=device).tril()[None, None]
-    return None
 
 
 def make_inputs(L: int, args: argparse.Namespace, gen: torch.Generator):
@@ -131,22 +121,6 @@ def host_micros(fn, grad_out: torch.Tensor, calls: int = 50) -> float:
     return (time.perf_counter() - start) / calls * 1e6
 
 
-def sdpa_call(q, k, v, mask_kind: str = "none"):
-    """SDPA's FlashAttention (causal: is_causal; padding: the memory-efficient kernel, as flash takes no mask)."""
-    from torch.nn.attention import SDPBackend, sdpa_kernel
-
-    mask = make_mask(mask_kind, q.shape[0], q.shape[2], q.device.type) if mask_kind == "padding" else None
-    backend = SDPBackend.EFFICIENT_ATTENTION if mask is not None else SDPBackend.FLASH_ATTENTION
-
-    def call():
-        if q.device.type != "cuda":
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask_kind == "causal")
-        with sdpa_kernel(backend):
-            return F.scaled_dot_product_attention(q, k, v, attn_mask=mask, is_causal=mask_kind == "causal")
-
-    return call
-
-
 def choose(sweep: list[dict]):
     """The Tiles with each kernel's least GPU time summed over the lengths and masks (dQ and its preprocess, which
     share their tiles, together; "other" does not depend on the tiles), among the candidates that ran in every case;
@@ -178,6 +152,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: nothing measured", file=sys.stderr)
         return 2
     from rpr_mt.model.kernels.triton_shaw import Blocks, Tiles, format_tiles, parse_tiles, triton_relative_attention
+    from rpr_mt.model.masks import as_4d
 
     for candidate in args.candidates:
         try:
@@ -196,6 +171,7 @@ def main(argv: list[str] | None = None) -> int:
     def shaw(L: int, tiles, mask_kind: str = "none"):
         q, k, v, (rel_k, rel_v), _ = inputs[L]
         mask = make_mask(mask_kind, q.shape[0], L, args.device)
+        mask = None if mask is None else as_4d(mask)
         return lambda: triton_relative_attention(q, k, v, rel_k, rel_v, None, mask, None, args.clip, 0, 0.0,
                                                  blocks=tiles)
 
