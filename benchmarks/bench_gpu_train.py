@@ -5,6 +5,8 @@ Runs real training updates (forward, label-smoothed loss, backward, fused Adam) 
 length-bucketed batches of synthetic WMT14-like sentences (20-100 tokens, mean ~30: ``bench_train.lengths("wmt")``)
 and prints target tokens/s (the median over --repeats alternating measurements), the ratio to absolute (the median
 of each repeat's back-to-back ratios) and the peak of torch.cuda.max_memory_allocated during the timed updates.
+The last column counts the Triton kernel variants compiled during the timed updates, summed over the repeats: a
+compilation there is a shape or specialization the warm-up did not meet, and its seconds are in the rate.
 The warm-up replays the timed batches first: a batch shape met for the first time costs far more on a GPU (cuBLAS
 heuristics, allocator growth, Triton specializations) than it does again, and timing first meetings made the first
 H200 measurement swing by 2x between repeats (a trainer meets its shapes again every epoch).
@@ -41,7 +43,8 @@ import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train, beside this file
 
-COLUMNS = ["model", "tokens/batch", "scheme", "tgt tok/s", "/ absolute", "peak MiB", "/ absolute"]
+COLUMNS = ["model", "tokens/batch", "scheme", "tgt tok/s", "/ absolute", "peak MiB", "/ absolute",
+           "compiles (timed)"]
 SCHEMES = ["absolute", "relative-torch", "relative-triton", "relative-triton-tiles"]
 IMPLS = {"relative-torch": "fused", "relative-triton": "triton", "relative-triton-tiles": "triton"}
 
@@ -71,7 +74,7 @@ def format_row(values: list[object]) -> str:
 
 
 def header() -> str:
-    return format_row(COLUMNS) + "\n" + format_row([":---", "---:", ":---", "---:", "---:", "---:", "---:"])
+    return format_row(COLUMNS) + "\n" + format_row([":---", "---:", ":---", "---:", "---:", "---:", "---:", "---:"])
 
 
 def table_row(row: dict) -> str:
@@ -79,7 +82,8 @@ def table_row(row: dict) -> str:
         return "-" if row.get(key) is None else format(row[key], spec)
 
     return format_row([row["model"], f"{row['max_tokens']:,}", row["scheme"], number("tokens_per_s", ",.0f"),
-                       number("ratio", ".3f"), number("peak_mib", ",.0f"), number("memory_ratio", ".3f")])
+                       number("ratio", ".3f"), number("peak_mib", ",.0f"), number("memory_ratio", ".3f"),
+                       number("timed_compiles", "d")])
 
 
 def build(preset: str, scheme: str, args: argparse.Namespace):
@@ -130,8 +134,20 @@ def batch_order(n_batches: int, warmup: int, updates: int) -> list[int]:
     return [timed[i % len(timed)] for i in range(warmup)] + timed
 
 
-def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Namespace) -> tuple[float, float | None]:
-    """(target tokens/s, peak MiB) of --updates timed training updates after --warmup."""
+def triton_variants() -> int | None:
+    """Variants of the Triton attention kernels compiled so far (None when the module or the count is unavailable)."""
+    try:
+        from rpr_mt.model.kernels import triton_shaw
+    except Exception:
+        return None
+    return triton_shaw.compiled_variants()
+
+
+def measure(
+    preset: str, scheme: str, max_tokens: int, data, args: argparse.Namespace
+) -> tuple[float, float | None, int | None]:
+    """(target tokens/s, peak MiB, Triton kernel variants compiled during the timed updates: None for the torch
+    schemes or where unknown) of --updates timed training updates after --warmup."""
     from rpr_mt.train.batching import collate, make_batches
     from rpr_mt.train.device import autocast
 
@@ -141,7 +157,7 @@ def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Name
                                  fused=device.type == "cuda")
     batches = make_batches(data, np.arange(len(data)), max_tokens, seed=1, epoch=0)
     cuda = device.type == "cuda"
-    tokens, start = 0, 0.0
+    tokens, start, variants = 0, 0.0, None
     with attention_impl(scheme, args.tiles):
         for i, index in enumerate(batch_order(len(batches), args.warmup, args.updates)):
             if i == args.warmup:
@@ -149,6 +165,7 @@ def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Name
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
                 start = time.perf_counter()
+                variants = triton_variants()
             batch = collate(data, batches[index], 0, 2, 3).to(device)
             with autocast(device, args.precision):
                 loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
@@ -160,11 +177,14 @@ def measure(preset: str, scheme: str, max_tokens: int, data, args: argparse.Name
         if cuda:
             torch.cuda.synchronize()
     seconds = time.perf_counter() - start
+    after = triton_variants()
+    kernels = IMPLS.get(scheme) == "triton" and None not in (variants, after)
+    compiles = after - variants if kernels else None
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
     del model, module, optimizer
     if cuda:
         torch.cuda.empty_cache()
-    return tokens / seconds, peak
+    return tokens / seconds, peak, compiles
 
 
 def write_json(path: str, args: argparse.Namespace, rows: list[dict]) -> None:
@@ -185,17 +205,21 @@ def run(args: argparse.Namespace) -> list[dict]:
         for max_tokens in args.max_tokens:
             rates: dict[str, list[float]] = {s: [] for s in schemes}
             peaks: dict[str, float | None] = {}
+            compiles: dict[str, list[int]] = {s: [] for s in schemes}
             for _ in range(args.repeats):  # alternate, so that drifts of the machine hit every scheme alike
                 for scheme in schemes:
-                    rate, peak = measure(preset, scheme, max_tokens, data, args)
+                    rate, peak, compiled = measure(preset, scheme, max_tokens, data, args)
                     rates[scheme].append(rate)
+                    if compiled is not None:
+                        compiles[scheme].append(compiled)
                     peaks[scheme] = peak if peaks.get(scheme) is None else max(peaks[scheme], peak or 0)
             for scheme in schemes:
                 ratios = [r / a for r, a in zip(rates[scheme], rates["absolute"])]
                 row = {"model": preset if not args.tiny else "tiny", "max_tokens": max_tokens, "scheme": scheme,
                        "tokens_per_s": statistics.median(rates[scheme]), "ratio": statistics.median(ratios),
                        "peak_mib": peaks[scheme],
-                       "memory_ratio": None if peaks[scheme] is None else peaks[scheme] / peaks["absolute"]}
+                       "memory_ratio": None if peaks[scheme] is None else peaks[scheme] / peaks["absolute"],
+                       "timed_compiles": sum(compiles[scheme]) if compiles[scheme] else None}
                 rows.append(row)
                 print(table_row(row), flush=True)
                 if args.json:

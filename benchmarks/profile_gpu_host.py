@@ -4,6 +4,8 @@ dropout 0.1), through ``relative_attention(impl="triton")`` as the model calls i
 this time (docs/benchmarks.md, "The second GPU session").
 
     python benchmarks/profile_gpu_host.py             # the 35 most expensive functions, by own time and cumulative
+
+Its last line is the host time per call measured without the profiler (``tune_gpu_attention.host_micros``).
 """
 
 from __future__ import annotations
@@ -12,8 +14,11 @@ import argparse
 import cProfile
 import pstats
 import sys
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_gpu_attention, beside this file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -40,9 +45,11 @@ def main(argv: list[str] | None = None) -> int:
         print(unavailable_reason(q), file=sys.stderr)
         return 2
 
+    def forward() -> torch.Tensor:
+        return relative_attention(q, k, v, rel_k, rel_v, clip=c, attn_mask=mask, impl="triton", dropout_p=0.1)
+
     def call() -> None:
-        relative_attention(q, k, v, rel_k, rel_v, clip=c, attn_mask=mask, impl="triton",
-                           dropout_p=0.1).backward(grad_out)
+        forward().backward(grad_out)
 
     for _ in range(5):  # compile
         call()
@@ -55,6 +62,10 @@ def main(argv: list[str] | None = None) -> int:
     profiler.disable()
     for order in ("tottime", "cumulative"):
         pstats.Stats(profiler).sort_stats(order).print_stats(args.top)
+    from tune_gpu_attention import host_micros
+
+    micros = host_micros(forward, grad_out, 4 * args.calls)
+    print(f"host time per forward+backward call without the profiler: {micros:.0f} us")
     return 0
 
 

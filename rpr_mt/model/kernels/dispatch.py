@@ -121,6 +121,12 @@ def _version(text: str) -> tuple[int, ...]:
     return tuple(parts)
 
 
+def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """``t`` in ``dtype`` (None stays None); no call into torch when it already is (a GPU training step makes a
+    dozen such calls per attention layer, each a few microseconds of host time)."""
+    return t if t is None or t.dtype == dtype else t.to(dtype)
+
+
 def _needs_grad(*tensors: Tensor | None) -> bool:
     return torch.is_grad_enabled() and any(t is not None and t.requires_grad for t in tensors)
 
@@ -140,7 +146,7 @@ def _bias_4d(bias: Tensor | None, shape: tuple[int, int, int, int], dtype: torch
         torch.broadcast_shapes(bias.shape, shape)
     except RuntimeError:
         raise ValueError(f"bias {tuple(bias.shape)} does not broadcast to [B, H, Lq, Lk] = {list(shape)}") from None
-    return bias.to(dtype)
+    return _cast(bias, dtype)
 
 
 def relative_attention(
@@ -246,11 +252,8 @@ def relative_attention(
 
     device_type = q.device.type
     dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else q.dtype
-    q, k, v = q.to(dtype), k.to(dtype), v.to(dtype)
-    rel_k = None if rel_k is None else rel_k.to(dtype)
-    rel_v = None if rel_v is None else rel_v.to(dtype)
+    q, k, v, rel_k, rel_v, bucket_bias = (_cast(t, dtype) for t in (q, k, v, rel_k, rel_v, bucket_bias))
     bias = _bias_4d(bias, (batch, heads, q_len, k_len), dtype)
-    bucket_bias = None if bucket_bias is None else bucket_bias.to(dtype)
     needs_grad = _needs_grad(q, k, v, rel_k, rel_v, bias, bucket_bias)
     if impl == "auto":
         impl = choose_impl(q, k_len, tables=tables, needs_grad=needs_grad)

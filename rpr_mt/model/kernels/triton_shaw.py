@@ -46,6 +46,7 @@ reference without a GPU.
 from __future__ import annotations
 
 import functools
+import inspect
 import os
 from typing import NamedTuple
 
@@ -68,6 +69,7 @@ __all__ = [
     "TritonShawAttention",
     "as_tiles",
     "available",
+    "compiled_variants",
     "draw_seed",
     "dropout_keep_mask",
     "format_tiles",
@@ -198,6 +200,21 @@ def _next_pow2(n: int, least: int = 16) -> int:
 # Kernels
 # ----------------------------------------------------------------------------------------------------------------------
 
+# Integer arguments that change with the batch's lengths or from call to call. Triton specializes an integer argument on
+# == 1 and on divisibility by 16 and compiles a kernel variant per combination it meets: a trainer meeting lengths
+# 20-100 and a dropout seed per call (divisible by 16 one call in 16) compiled new variants well into its first
+# epoch. Not specializing them costs the divisibility hints of mask-row loads; unit strides along d and keys stay
+# specialized.
+_UNSPECIALIZED = ("Lq", "Lk", "offset", "clip", "seed", "sb_b", "sb_m", "sm_b", "sm_m", "sp_b", "sp_m", "sx_b", "sx_h",
+                  "sd_b", "sd_m")
+
+
+def _jit_kernel(fn):
+    """triton.jit without specialization on the arguments of ``_UNSPECIALIZED`` that ``fn`` takes."""
+    names = [name for name in inspect.signature(fn).parameters if name in _UNSPECIALIZED]
+    return triton.jit(do_not_specialize=names)(fn)
+
+
 if triton is not None:
 
     @triton.jit
@@ -300,7 +317,7 @@ if triton is not None:
                                              other=0) != 0)
         return tl.where(allowed, s, float("-inf"))
 
-    @triton.jit
+    @_jit_kernel
     def _shaw_fwd(
         Q, K, V, AK, AV, Bias, Mask, Keep, Dead, O, LSE, QA, FOLD,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, so_b, so_h, so_m, so_d,
@@ -402,7 +419,7 @@ if triton is not None:
                  out.to(O.dtype.element_ty), mask=row_ok[:, None] & d_ok[None, :])
         tl.store(LSE + pid_bh.to(tl.int64) * Lq + rm, m_i + tl.log2(l_i), mask=row_ok)
 
-    @triton.jit
+    @_jit_kernel
     def _shaw_bwd_pre(
         O, DO, AV, Dead, DELTA, G,
         so_b, so_h, so_m, so_d, sg_b, sg_h, sg_m, sg_d, st_h, st_r, st_d, sx_b, sx_h, sx_m,
@@ -460,7 +477,7 @@ if triton is not None:
         ds = p * (dp - delta[:, None])
         return pd, ds
 
-    @triton.jit
+    @_jit_kernel
     def _shaw_bwd_dkdv(
         Q, K, V, DO, QA, G, LSE, DELTA, Bias, Mask, Keep, Dead, DK, DV,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
@@ -508,7 +525,7 @@ if triton is not None:
         tl.store(DK + pid_bh.to(tl.int64) * Lk * D + out, (dk * tl.load(S + 2)).to(DK.dtype.element_ty), mask=kv_mask)
         tl.store(DV + pid_bh.to(tl.int64) * Lk * D + out, dv.to(DV.dtype.element_ty), mask=kv_mask)
 
-    @triton.jit
+    @_jit_kernel
     def _shaw_bwd_dq(
         Q, K, V, DO, QA, G, LSE, DELTA, AK, FOLD, Bias, Mask, Keep, Dead, DQ, FDS, DBIAS, DAK, DAV,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
@@ -630,12 +647,23 @@ def _tl_acc(dtype: torch.dtype):
 _DTYPE_NAMES = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32", torch.float64: "fp64"}
 
 
+def _allow_tf32() -> bool:
+    return torch.backends.cuda.matmul.allow_tf32
+
+
 def _precision(dtype: torch.dtype | str) -> str:
     """tl.dot's input precision for float32 inputs: TF32 where torch allows it for matmuls, else 3xTF32 (float32's
     accuracy on tensor cores); 16-bit and float64 inputs ignore it."""
     if _DTYPE_NAMES.get(dtype, dtype) == "fp32":
         return "tf32" if torch.backends.cuda.matmul.allow_tf32 else "tf32x3"
     return "ieee"
+
+
+@functools.lru_cache(maxsize=None)
+def _dtype_constants(dtype: torch.dtype, allow_tf32: bool) -> dict:
+    """The launch constants that follow from the input dtype (ACC, PREC, TDT, TPREC), built once per dtype and TF32
+    setting (``allow_tf32``: torch.backends.cuda.matmul.allow_tf32, read by ``_precision``)."""
+    return dict(ACC=_tl_acc(dtype), PREC=_precision(dtype), **_table_dot(dtype))
 
 
 def _table_dot(dtype: torch.dtype | str) -> dict:
@@ -647,11 +675,13 @@ def _table_dot(dtype: torch.dtype | str) -> dict:
     return dict(TDT=types[name], TPREC=_precision(name))
 
 
-def _strides4(t: Tensor | None, shape: tuple[int, int, int, int]) -> tuple[int, int, int, int]:
-    """Strides of ``t`` expanded to ``shape`` (0 along broadcast dims); zeros when ``t`` is None."""
+def _strides4(t: Tensor | None) -> tuple[int, ...]:
+    """Strides of a 4-d ``t`` as the kernels index it broadcast to [B, H, Lq, Lk]: 0 along its size-1 dims (where
+    broadcasting gives 0, and where a stride is never used but would be one more value to specialize on); zeros when
+    ``t`` is None."""
     if t is None:
         return (0, 0, 0, 0)
-    return tuple(t.expand(shape).stride())  # type: ignore[return-value]
+    return tuple(0 if size == 1 else stride for size, stride in zip(t.shape, t.stride()))
 
 
 def _rows(bias: Tensor | None, mask: Tensor | None) -> int:
@@ -681,12 +711,17 @@ def _scalars(dim: int, dropout_p: float, acc: torch.dtype, device: torch.device)
 _SCALARS: dict[tuple, Tensor] = {}
 
 
-def _table_grad_buffer(table: Tensor | None, needed: bool, nb: int, bd: int, acc: torch.dtype) -> Tensor | None:
-    """Zeroed [H or 1, nb, bd] accumulator of a table's gradient (the kernels add into it atomically)."""
-    if table is None or not needed:
-        return None
-    heads = 1 if table.dim() == 2 else table.shape[0]
-    return torch.zeros(heads, nb, bd, dtype=acc, device=table.device)
+def _table_grad_buffers(
+    tables: tuple[Tensor | None, Tensor | None], needed: tuple[bool, bool], nb: int, bd: int, acc: torch.dtype
+) -> list[Tensor | None]:
+    """Zeroed [H or 1, nb, bd] accumulators of the tables' gradients (the kernels add into them atomically), None
+    for a table that is absent or needs none; one allocation and one fill for both."""
+    heads = [0 if t is None or not need else (1 if t.dim() == 2 else t.shape[0]) for t, need in zip(tables, needed)]
+    if not any(heads):
+        return [None, None]
+    device = next(t.device for t in tables if t is not None)
+    parts = torch.zeros(sum(heads), nb, bd, dtype=acc, device=device).split(heads)
+    return [part if rows else None for part, rows in zip(parts, heads)]
 
 
 def _table_grad(buffer: Tensor | None, table: Tensor | None) -> Tensor | None:
@@ -730,7 +765,6 @@ class TritonShawAttention(torch.autograd.Function):
         tiles = as_tiles(blocks)
         blocks = tiles.forward
         nb = _next_pow2(2 * clip + 1)
-        full = (batch, heads, q_len, k_len)
         mask_u8 = None if mask is None else mask.view(torch.uint8)
         dead_u8 = None if dead is None else dead.view(torch.uint8)
         keep_u8 = None if keep is None or dropout_p == 0 else keep.view(torch.uint8)
@@ -748,13 +782,12 @@ class TritonShawAttention(torch.autograd.Function):
             q, k, v, *(dummy if t is None else t for t in (rel_k, rel_v, bias, mask_u8, keep_u8, dead_u8)), out, lse,
             dummy if qa is None else qa, dummy if folded is None else folded,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_table_strides(rel_k), *_table_strides(rel_v),
-            *_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full),
-            *_strides4(dead_u8, (batch, heads, q_len, 1))[:3],
+            *_strides4(bias), *_strides4(mask_u8), *_strides4(keep_u8), *_strides4(dead_u8)[:3],
             heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0,
             HAS_K=rel_k is not None, HAS_V=rel_v is not None, HAS_BIAS=bias is not None, HAS_MASK=mask is not None,
             HAS_DEAD=dead is not None, ROWS=_rows(bias, mask), DROPOUT=dropout, STORE_FOLD=ctx.needs_input_grad[4],
-            BM=blocks.m, BN=blocks.n, BD=_next_pow2(dim), NB=nb, ACC=_tl_acc(q.dtype), PREC=_precision(q.dtype),
-            **_table_dot(q.dtype), num_warps=blocks.warps, num_stages=blocks.stages,
+            BM=blocks.m, BN=blocks.n, BD=_next_pow2(dim), NB=nb, **_dtype_constants(q.dtype, _allow_tf32()),
+            num_warps=blocks.warps, num_stages=blocks.stages,
         )
         ctx.save_for_backward(q, k, v, rel_k, rel_v, bias, mask_u8, dead_u8, keep_u8, out, lse, qa, folded)
         ctx.config = (clip, offset, dropout_p, seed, tiles, dropout, scalars)
@@ -770,7 +803,8 @@ class TritonShawAttention(torch.autograd.Function):
         acc = _acc_dtype(q.dtype)
         nb, bd = _next_pow2(2 * clip + 1), _next_pow2(dim)
         full = (batch, heads, q_len, k_len)
-        grad_out = grad_out.to(q.dtype)
+        if grad_out.dtype != q.dtype:
+            grad_out = grad_out.to(q.dtype)
         empty = functools.partial(torch.empty, dtype=acc, device=q.device)
         delta = empty(batch, heads, q_len)
         g = None if rel_v is None else empty(batch, heads, q_len, nb)  # dO w^V^T
@@ -778,8 +812,7 @@ class TritonShawAttention(torch.autograd.Function):
         grad_q = torch.empty(batch, heads, q_len, dim, dtype=q.dtype, device=q.device)
         grad_k = torch.empty(batch, heads, k_len, dim, dtype=k.dtype, device=q.device)
         grad_v = torch.empty_like(grad_k)
-        grad_rel_k = _table_grad_buffer(rel_k, ctx.needs_input_grad[3], nb, bd, acc)
-        grad_rel_v = _table_grad_buffer(rel_v, ctx.needs_input_grad[4], nb, bd, acc)
+        grad_rel_k, grad_rel_v = _table_grad_buffers((rel_k, rel_v), ctx.needs_input_grad[3:5], nb, bd, acc)
         bias_grad, row_bc, col_bc, grad_bias = 0, False, False, None
         if bias is not None and ctx.needs_input_grad[5]:
             broadcast = [bias.shape[i] == 1 and full[i] > 1 for i in range(4)]
@@ -789,9 +822,10 @@ class TritonShawAttention(torch.autograd.Function):
         dummy = lse
         qa_, g_, bias_, mask_, keep_, dead_ = (dummy if t is None else t for t in (qa, g, bias, mask_u8, keep_u8,
                                                                                     dead_u8))
-        dead_strides = _strides4(dead_u8, (batch, heads, q_len, 1))[:3]
-        common = dict(HAS_V=rel_v is not None, HAS_DEAD=dead_u8 is not None, BD=bd, NB=nb, ACC=_tl_acc(q.dtype),
-                      PREC=_precision(q.dtype))
+        dead_strides = _strides4(dead_u8)[:3]
+        constants = _dtype_constants(q.dtype, _allow_tf32())
+        common = dict(HAS_V=rel_v is not None, HAS_DEAD=dead_u8 is not None, BD=bd, NB=nb, ACC=constants["ACC"],
+                      PREC=constants["PREC"])
         blocks = tiles.dq
         launch = dict(BM=blocks.m, num_warps=blocks.warps, num_stages=blocks.stages)
         _shaw_bwd_pre[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
@@ -802,7 +836,7 @@ class TritonShawAttention(torch.autograd.Function):
         common.update(HAS_K=rel_k is not None, HAS_BIAS=bias is not None, HAS_MASK=mask_u8 is not None,
                       ROWS=_rows(bias, mask_u8), DROPOUT=dropout)
         kv_blocks = tiles.dkdv
-        masks = (*_strides4(bias, full), *_strides4(mask_u8, full), *_strides4(keep_u8, full), *dead_strides)
+        masks = (*_strides4(bias), *_strides4(mask_u8), *_strides4(keep_u8), *dead_strides)
         scalars_ = (heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0)
         _shaw_bwd_dkdv[(triton.cdiv(k_len, kv_blocks.n) * batch * heads,)](
             q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, dead_, grad_k, grad_v,
@@ -815,10 +849,11 @@ class TritonShawAttention(torch.autograd.Function):
             dummy if folded is None else folded, bias_, mask_, keep_, dead_, grad_q, dummy if fds is None else fds,
             dummy if grad_bias is None else grad_bias, *(dummy if t is None else t for t in (grad_rel_k, grad_rel_v)),
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *masks,
-            *_strides4(grad_bias, full), 0 if table_grads is None or table_grads.shape[0] == 1 else nb * bd,
+            *_strides4(grad_bias), 0 if table_grads is None or table_grads.shape[0] == 1 else nb * bd,
             *scalars_,
             BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
-            GRAD_V=grad_rel_v is not None, **_table_dot(q.dtype), **common, BN=blocks.n, **launch,
+            GRAD_V=grad_rel_v is not None, TDT=constants["TDT"], TPREC=constants["TPREC"], **common, BN=blocks.n,
+            **launch,
         )
         if grad_bias is not None:
             grad_bias = grad_bias.to(bias.dtype)
@@ -856,6 +891,24 @@ def triton_relative_attention(
     return TritonShawAttention.apply(
         q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, seed, blocks
     )
+
+
+def compiled_variants() -> int | None:
+    """How many variants of the four attention kernels this process has compiled (one per combination of
+    constexprs and specializations met, over all devices); None in the interpreter, without Triton, or where this
+    Triton keeps its caches differently. Benchmarks use it to see compilations inside a timed region."""
+    if triton is None or interpreting():
+        return None
+    total = 0
+    for kernel in (_shaw_fwd, _shaw_bwd_pre, _shaw_bwd_dkdv, _shaw_bwd_dq):
+        caches = getattr(kernel, "device_caches", None)
+        if not isinstance(caches, dict):
+            return None
+        for entry in caches.values():  # (kernel cache, ...) per device in Triton 3.x
+            if not isinstance(entry, tuple) or not entry or not isinstance(entry[0], dict):
+                return None
+            total += len(entry[0])
+    return total
 
 
 def dropout_keep_mask(seed: int, shape: tuple[int, int, int, int], p: float, device: torch.device | str) -> Tensor:
@@ -911,12 +964,13 @@ def compile_for(
                 constexprs[name] = constants[name]
                 continue
             # what the JIT specialises at a launch with the benchmark's tensors: unit strides along d and keys
-            # become constants, 16-aligned pointers and multiples of 16 carry a divisibility hint
+            # become constants, 16-aligned pointers and multiples of 16 carry a divisibility hint (not the
+            # arguments of _UNSPECIALIZED)
             if name.endswith(("_d", "_n")) and name.startswith(("s",)) and name not in ("sk_n", "sv_n"):
                 signature[name] = "constexpr"
                 constexprs[name] = 1
                 continue
-            if name not in ("drop_p", "seed", "offset", "clip"):
+            if name != "drop_p" and name not in _UNSPECIALIZED:
                 attrs[(index,)] = [["tt.divisibility", 16]]
             if name in _BUCKET_POINTERS:
                 signature[name] = "*fp32"

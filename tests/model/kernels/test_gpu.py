@@ -153,3 +153,28 @@ def test_relative_attention_on_cuda_defaults_to_the_triton_kernel():
     assert choose_impl(q, 64, tables=True, needs_grad=False) == expected
     assert choose_impl(q.float(), 64, tables=True, needs_grad=True) == "fused"  # float32: not measured, torch path
     assert choose_impl(q[:, :, :1], 64, tables=True, needs_grad=False) == "gather"
+
+
+def test_lengths_and_dropout_seeds_compile_each_kernel_once():
+    """A trainer meets lengths 20-100 and draws a dropout seed per call: after one forward+backward, further lengths
+    (multiples of 16 or not) and seeds (divisible by 16 or not) must reuse the compiled kernels, not specialize new
+    variants (which made the first epoch of a GPU run compile for tens of seconds)."""
+    triton_shaw = triton_ready()
+    if triton_shaw.compiled_variants() is None:
+        pytest.skip("this Triton keeps its kernel caches where compiled_variants cannot count them")
+
+    def step(length: int, seed: int) -> None:
+        q, k, v, rel_k, rel_v = (t.detach().to("cuda", torch.bfloat16).requires_grad_() for t in
+                                 make_inputs(3, 4, length, length, 64, 16, True, True, True, seed=length))
+        mask = make_mask("padding", 3, 4, length, length, 0).cuda()
+        full_mask, dead = revive_dead_rows(as_4d(mask))
+        out = triton_shaw.triton_relative_attention(q, k, v, rel_k, rel_v, None, full_mask, dead, 16, 0, 0.1,
+                                                    seed=seed)
+        out.float().sum().backward()
+
+    step(37, 12345)
+    before = triton_shaw.compiled_variants()
+    for length, seed in [(48, 12345), (64, 32), (99, 1), (20, 2**29 + 16), (37, 0)]:
+        step(length, seed)
+    torch.cuda.synchronize()
+    assert triton_shaw.compiled_variants() == before

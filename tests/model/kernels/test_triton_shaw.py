@@ -253,3 +253,35 @@ def test_tiles_parse_from_their_printed_form(monkeypatch):
     assert triton_shaw.as_tiles(None).dq == triton_shaw.Blocks(32, 64, 4, 3)
     monkeypatch.delenv("RPR_MT_TRITON_TILES")
     assert triton_shaw.as_tiles(None) == triton_shaw.Tiles()
+
+
+UNSPECIALIZED_REPORT = """
+import json
+from rpr_mt.model.kernels import triton_shaw as t
+kernels = (t._shaw_fwd, t._shaw_bwd_pre, t._shaw_bwd_dkdv, t._shaw_bwd_dq)
+print(json.dumps({k.fn.__name__: {p.name: bool(p.do_not_specialize) for p in k.params if not p.is_constexpr}
+                  for k in kernels}))
+"""
+
+
+def test_the_compiled_kernels_do_not_specialize_on_lengths_seeds_or_length_strides():
+    """What the JIT sees outside the interpreter (a subprocess without TRITON_INTERPRET): every name of
+    _UNSPECIALIZED is an argument of some kernel (a misspelt name would silently specialize again), and it is not
+    specialized wherever it appears, while the unit strides along d stay specialized. The effect itself, one
+    compilation for all lengths and seeds, is tests/model/kernels/test_gpu.py's (8 variants against 31 in 200
+    trainer-like calls on an H100, docs/benchmarks.md)."""
+    import json
+    import subprocess
+    import sys
+
+    env = {key: value for key, value in os.environ.items() if key != "TRITON_INTERPRET"}
+    done = subprocess.run([sys.executable, "-c", UNSPECIALIZED_REPORT], capture_output=True, text=True, env=env,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr[-2000:]
+    report = json.loads(done.stdout)
+    for name in triton_shaw._UNSPECIALIZED:
+        seen = [flags[name] for flags in report.values() if name in flags]
+        assert seen and all(seen), name
+    for flags in report.values():
+        assert not any(flags[name] for name in flags if name.endswith("_d")), flags
+        assert flags.get("H") is False and flags.get("D") is False
