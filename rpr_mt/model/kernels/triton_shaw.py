@@ -530,7 +530,7 @@ if triton is not None:
         Q, K, V, DO, QA, G, LSE, DELTA, AK, FOLD, Bias, Mask, Keep, Dead, DQ, FDS, DBIAS, DAK, DAV,
         sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
         sa_h, sa_r, sa_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
-        sd_b, sd_h, sd_m, sd_n, sw_h,
+        sd_b, sd_h, sd_m, sd_n, swk_h, swv_h,
         H, Lq, Lk, D, offset, clip, S, drop_p, seed,
         HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
         HAS_DEAD: tl.constexpr, ROWS: tl.constexpr, DROPOUT: tl.constexpr,
@@ -542,7 +542,7 @@ if triton is not None:
         gradient. fold(dS) goes through FDS like fold(P) through FOLD in the forward pass.
 
         Table gradients: fold(dS)^T q * scale and fold(P)^T dO of the block, atomically added into DAK, DAV
-        ([H or 1, NB, BD], head stride sw_h: 0 for a shared table). BIAS_GRAD: 0 none, 1 a plain store (bias of
+        ([H or 1, NB, BD], head strides swk_h, swv_h: 0 for a shared table). BIAS_GRAD: 0 none, 1 a plain store (bias of
         full shape), 2 atomic adds into a bias broadcast over some dims (ROW_BC: over queries, COL_BC: over keys;
         those are summed in the tile first)."""
         pid_m, pid_bh, b, h = _program(Lq, H, BM)
@@ -601,7 +601,7 @@ if triton is not None:
                     tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
                                   mask=row_ok[:, None] & col_ok[None, :])
         scale = tl.load(S + 2)
-        grads = h * sw_h + rb[:, None] * BD + rd[None, :]  # [NB, BD] offsets into DAK, DAV
+        grads = rb[:, None] * BD + rd[None, :]  # [NB, BD] offsets into a head's rows of DAK, DAV
         if HAS_K:
             tl.debug_barrier()  # the interior of fold(dS) was stored by other threads of this program
             fds = tl.load(fds_rows[:, None] + rb[None, :], mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
@@ -610,12 +610,12 @@ if triton is not None:
             dq += tl.dot(fds.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
             if GRAD_K:
                 part = tl.dot(tl.trans(fds.to(TDT)), q.to(TDT), input_precision=TPREC).to(ACC)
-                tl.atomic_add(DAK + grads, part * scale, mask=table_mask)
+                tl.atomic_add(DAK + h * swk_h + grads, part * scale, mask=table_mask)
         if HAS_V and GRAD_V:
             fold = tl.load(FOLD + pid_bh.to(tl.int64) * Lq * NB + rm[:, None] * NB + rb[None, :],
                            mask=row_ok[:, None], other=0.0)
             part = tl.dot(tl.trans(fold.to(TDT)), do.to(TDT), input_precision=TPREC).to(ACC)
-            tl.atomic_add(DAV + grads, part, mask=table_mask)
+            tl.atomic_add(DAV + h * swv_h + grads, part, mask=table_mask)
         tl.store(DQ + pid_bh.to(tl.int64) * Lq * D + rm[:, None] * D + rd[None, :],
                  (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
 
@@ -843,13 +843,12 @@ class TritonShawAttention(torch.autograd.Function):
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *masks, *scalars_, **common,
             BM=kv_blocks.m, BN=kv_blocks.n, num_warps=kv_blocks.warps, num_stages=kv_blocks.stages,
         )
-        table_grads = grad_rel_k if grad_rel_k is not None else grad_rel_v
         _shaw_bwd_dq[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
             q, k, v, grad_out, qa_, g_, lse, delta, dummy if rel_k is None else rel_k,
             dummy if folded is None else folded, bias_, mask_, keep_, dead_, grad_q, dummy if fds is None else fds,
             dummy if grad_bias is None else grad_bias, *(dummy if t is None else t for t in (grad_rel_k, grad_rel_v)),
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *masks,
-            *_strides4(grad_bias), 0 if table_grads is None or table_grads.shape[0] == 1 else nb * bd,
+            *_strides4(grad_bias), *(0 if g is None or g.shape[0] == 1 else nb * bd for g in (grad_rel_k, grad_rel_v)),
             *scalars_,
             BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
             GRAD_V=grad_rel_v is not None, TDT=constants["TDT"], TPREC=constants["TPREC"], **common, BN=blocks.n,

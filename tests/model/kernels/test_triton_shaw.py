@@ -107,6 +107,24 @@ def test_matches_reference(case):
         assert out[-1, 0, 1].abs().max() == 0
 
 
+@pytest.mark.parametrize("shared", ["key", "value"])
+def test_one_table_shared_and_the_other_per_head(shared):
+    """Each table's gradient goes to its own head rows: a shared key table beside per-head value tables (and the
+    reverse) once summed the per-head table's gradient over the heads as if it were shared."""
+    batch, heads, length, dim, clip = 2, 2, 20, 8, 3
+    q, k, v, rel_k, rel_v = make_inputs(batch, heads, length, length, dim, clip, True, True, True, seed=3)
+    if shared == "key":
+        rel_k = rel_k[0].detach().clone().requires_grad_()
+    else:
+        rel_v = rel_v[0].detach().clone().requires_grad_()
+    inputs = (q, k, v, rel_k, rel_v)
+    mask = make_mask("padding", batch, heads, length, length, 0)
+    expected = reference(inputs, clip, mask, 0)
+    run = to_run(inputs)
+    out = relative_attention(*run, clip=clip, attn_mask=mask.to(DEVICE), impl="triton")
+    check(with_grads(out, run), expected, names_of(inputs))
+
+
 @pytest.mark.parametrize("blocks", [(32, 16), (16, 32)], ids=["BM32-BN16", "BM16-BN32"])
 def test_rectangular_tiles(blocks):
     """Tiles with BM != BN: the band's tile kinds and the interior buckets do not assume square tiles."""
