@@ -26,7 +26,7 @@ from typer.core import TyperCommand, TyperGroup  # noqa: E402
 import rpr_mt  # noqa: E402
 from rpr_mt.config import Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
-from rpr_mt.progress import show_progress  # noqa: E402
+from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
 
 
 def _no_type_on_flags(params: list) -> list:
@@ -160,8 +160,9 @@ def train(
     from rpr_mt.train.trainer import train as run_training
 
     cfg = _config(config, set_)
-    result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
-                          more_steps=more_steps)
+    with outlive_readers():  # a log reader that goes away must not end the run between checkpoints
+        result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
+                              more_steps=more_steps)
     if result.stopped_by == "signal":
         typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
         raise typer.Exit(130)

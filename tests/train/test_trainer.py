@@ -276,3 +276,22 @@ def test_the_log_names_the_length_limit_that_binds(tmp_path, demo_data, capsys, 
     data = load_split(demo_data, "train")
     dropped = len(data) - len(usable_examples(data, cfg.model.max_positions, cfg.data.max_train_tokens))
     assert dropped > 0 and f"({dropped:,} skipped: empty or a side over {cap})" in capsys.readouterr().err
+
+
+def test_a_log_reader_that_goes_away_does_not_end_the_run(tmp_path, demo_data):
+    """`rpr-mt train ... 2>&1 | head -3`: the pipe's reader leaves after three lines. The run goes on to max_steps
+    and saves its checkpoints (before, the next log line raised BrokenPipeError and the run ended with exit 0 and
+    nothing saved)."""
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 40, "log_every": 1, "save_every": 20,
+                                                    "validate_every": 1000, "valid_bleu": False})
+    config_path = tmp_path / "c.yaml"
+    save_config(config_from_dict(raw), config_path)
+    proc = subprocess.Popen([sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path),
+                             "--no-progress"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(3):
+        proc.stderr.readline()
+    proc.stderr.close()
+    assert proc.wait(timeout=300) == 0
+    names = [p.name for p in ckpt.list_step_checkpoints(tmp_path / "run")]
+    assert names == ["checkpoint_00000020.pt", "checkpoint_00000040.pt"]
