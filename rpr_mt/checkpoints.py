@@ -145,11 +145,23 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
 
 def list_step_checkpoints(run_dir: str | Path) -> list[Path]:
     """Numbered checkpoints of a run, oldest first."""
-    directory = checkpoint_dir(run_dir)
+    return numbered_checkpoints_in(checkpoint_dir(run_dir))
+
+
+def numbered_checkpoints_in(directory: str | Path) -> list[Path]:
+    """The numbered checkpoints directly in ``directory``, oldest first."""
+    directory = Path(directory)
     if not directory.is_dir():
         return []
     found = [(int(m.group(1)), p) for p in directory.iterdir() if (m := STEP_PATTERN.search(p.name))]
     return [p for _, p in sorted(found)]
+
+
+def checkpoint_folder(path: str | Path) -> Path:
+    """Where the checkpoints of ``path`` are: a run directory's checkpoints/, or ``path`` itself (a checkpoints/
+    folder given directly, or any folder of checkpoint files)."""
+    path = Path(path)
+    return checkpoint_dir(path) if checkpoint_dir(path).is_dir() else path
 
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
@@ -159,9 +171,9 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
         return path
     if not path.is_dir():
         raise UserError(f"checkpoint not found: {path}")
-    directory = checkpoint_dir(path) if checkpoint_dir(path).is_dir() else path
+    directory = checkpoint_folder(path)
     if which == "last":
-        steps = list_step_checkpoints(path) or list_step_checkpoints(directory.parent)
+        steps = numbered_checkpoints_in(directory)
         if not steps:
             raise UserError(f"no numbered checkpoints in {directory}")
         return steps[-1]
@@ -172,7 +184,7 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     if candidate.is_file():
         return candidate
     if which == "best":
-        steps = list_step_checkpoints(path)
+        steps = numbered_checkpoints_in(directory)
         if steps:
             return steps[-1]
     raise UserError(f"no {name} in {directory}" + (" (run `rpr-mt average-checkpoints` first)" if which == "average" else ""))

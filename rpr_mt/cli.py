@@ -311,13 +311,14 @@ def average_checkpoints_command(
         directory = next(path for path in inputs if path.is_dir())
         raise UserError(f"{directory} is a directory: give one run directory, or checkpoint files")
     if len(inputs) == 1 and inputs[0].is_dir():
-        paths = ckpt.list_step_checkpoints(inputs[0])[-last:]
+        folder = ckpt.checkpoint_folder(inputs[0])  # RUN/checkpoints, or a folder of checkpoint files
+        paths = ckpt.numbered_checkpoints_in(folder)[-last:]
         if not paths:
-            raise UserError(f"no numbered checkpoints in {ckpt.checkpoint_dir(inputs[0])}")
+            raise UserError(f"no numbered checkpoints in {folder}")
         if len(paths) < last:
             typer.echo(f"warning: --last {last}, but {inputs[0]} has only {len(paths)} numbered checkpoint(s) "
                        f"(train.keep_last keeps that many); averaging {len(paths)}", err=True)
-        output = output or ckpt.checkpoint_dir(inputs[0]) / "checkpoint_avg.pt"
+        output = output or folder / "checkpoint_avg.pt"
     else:
         paths = list(inputs)
         if output is None:

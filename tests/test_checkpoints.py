@@ -31,3 +31,26 @@ def test_a_broken_vocabulary_names_the_checkpoint_not_a_temporary_file(tmp_path)
     assert "tmp" not in str(caught.value)
     with pytest.raises(UserError, match="^checkpoint old.pt: its vocabulary holds no SentencePiece model bytes"):
         vocab_from_payload({"size": 8}, "old.pt")
+
+
+def test_a_folder_of_checkpoints_resolves_to_its_own_files_never_a_neighbours(tmp_path):
+    """--which last / best of a folder that holds checkpoint files itself (no checkpoints/ inside): its newest
+    numbered file. Before, 'last' looked in the parent's checkpoints/ (another run's model) and 'best' had no
+    fallback there."""
+    from rpr_mt.checkpoints import resolve_checkpoint
+
+    nest = tmp_path / "nest"
+    (nest / "checkpoints").mkdir(parents=True)
+    (nest / "checkpoints" / "checkpoint_00000040.pt").write_bytes(b"x")  # a neighbouring run's
+    flat = nest / "flat"
+    flat.mkdir()
+    for step in (900, 1150):
+        (flat / f"checkpoint_{step:08d}.pt").write_bytes(b"x")
+    assert resolve_checkpoint(flat, "last") == flat / "checkpoint_00001150.pt"
+    assert resolve_checkpoint(flat, "best") == flat / "checkpoint_00001150.pt"
+    assert resolve_checkpoint(nest, "last") == nest / "checkpoints" / "checkpoint_00000040.pt"  # a run directory
+    assert resolve_checkpoint(nest / "checkpoints", "last") == nest / "checkpoints" / "checkpoint_00000040.pt"
+    empty = nest / "empty"
+    empty.mkdir()
+    with pytest.raises(UserError, match="no numbered checkpoints in"):
+        resolve_checkpoint(empty, "last")
