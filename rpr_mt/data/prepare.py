@@ -121,13 +121,7 @@ def check_prepared(config: DataConfig) -> Optional[str]:
         manifest = read_manifest(out)
     except UserError as exc:
         return f"stale: {exc}"
-    if manifest.get("format_version") != FORMAT_VERSION:
-        return f"stale: prepared with data format {manifest.get('format_version')}, this rpr-mt uses {FORMAT_VERSION}"
-    old, new = manifest.get("config", {}), relevant_config(config)
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            return f"stale: data.{key} changed ({_short(old.get(key))} -> {_short(new.get(key))})"
-    reason = _inputs_changed(config, manifest.get("inputs", {}))
+    reason = _changed_since(config, manifest)
     if reason:
         return f"stale: {reason}"
     checksums = manifest.get("checksums", {})
@@ -140,6 +134,30 @@ def check_prepared(config: DataConfig) -> Optional[str]:
             except UserError as exc:
                 return f"stale: {exc}"
     return None
+
+
+def changed_since_prepared(config: DataConfig) -> Optional[str]:
+    """Why preparing ``config`` again would read other inputs or settings than ``config.output_dir`` was prepared
+    from (and so could give another vocabulary), or None: unchanged, or nothing readable was prepared there. Damaged
+    output files do not count: preparing the same inputs again rebuilds the same data."""
+    out = Path(config.output_dir)
+    if not (out / MANIFEST).is_file():
+        return None
+    try:
+        manifest = read_manifest(out)
+    except UserError:
+        return None
+    return _changed_since(config, manifest)
+
+
+def _changed_since(config: DataConfig, manifest: dict[str, Any]) -> Optional[str]:
+    if manifest.get("format_version") != FORMAT_VERSION:
+        return f"prepared with data format {manifest.get('format_version')}, this rpr-mt uses {FORMAT_VERSION}"
+    old, new = manifest.get("config", {}), relevant_config(config)
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            return f"data.{key} changed ({_short(old.get(key))} -> {_short(new.get(key))})"
+    return _inputs_changed(config, manifest.get("inputs", {}))
 
 
 def reference_files(data_dir: str | Path, split: str) -> tuple[Path, Path]:

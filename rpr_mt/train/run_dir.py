@@ -20,6 +20,7 @@ from rpr_mt.train.checkpointing import latest_valid_checkpoint
 RESUMABLE_TRAIN_KEYS = {
     "max_steps", "max_epochs", "max_time", "patience", "log_every", "save_every", "validate_every", "keep_last",
     "num_threads", "valid_bleu", "valid_max_sentences", "valid_beam_size", "average_last", "max_bad_updates", "device",
+    "tensorboard",
 }
 
 
@@ -40,8 +41,9 @@ def check_run_dir(run_dir: Path) -> None:
 
 
 def saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) -> dict[str, Any]:
-    """The config a run directory was trained with: its config.yaml, or, when a kill left that unreadable or empty,
-    the config stored in its newest loadable checkpoint (config.yaml is rewritten at the start of every run)."""
+    """The config a run directory was trained with: its config.yaml, or, when a kill left that unreadable or empty
+    (or it was deleted), the config stored in its newest loadable checkpoint (config.yaml is rewritten at the start
+    of every run)."""
     import yaml
 
     try:
@@ -53,7 +55,8 @@ def saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) -
     found = latest_valid_checkpoint(run_dir, warn=log)
     if found is None:
         return {}
-    log(f"{config_path} is unreadable or empty; comparing with the config saved in {found[0].name}")
+    what = "unreadable or empty" if config_path.exists() else "missing"
+    log(f"{config_path} is {what}; comparing with the config saved in {found[0].name}")
     return found[1]["config"]
 
 
@@ -102,3 +105,13 @@ def _flat(tree: dict[str, Any], sections: set[str], prefix: str = "") -> dict[st
         else:
             flat[f"{prefix}{key}"] = value
     return flat
+
+
+def remove_previous_run(run_dir: Path) -> None:
+    """What --overwrite replaces: the checkpoints, metrics.jsonl and the TensorBoard events of the run in ``run_dir``
+    (left behind, the old events would show as a second curve beside the new run's)."""
+    import shutil
+
+    shutil.rmtree(checkpoint_dir(run_dir), ignore_errors=True)
+    shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
+    (run_dir / "metrics.jsonl").unlink(missing_ok=True)

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import shutil
 import sys
 import time
 from dataclasses import dataclass
@@ -34,7 +33,7 @@ from torch import nn
 from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
 from rpr_mt.data.binarize import ids_file, load_split
-from rpr_mt.data.prepare import check_prepared, prepare
+from rpr_mt.data.prepare import changed_since_prepared, check_prepared, prepare
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
@@ -47,7 +46,7 @@ from rpr_mt.train.init_from import init_from
 from rpr_mt.train.logger import Logger
 from rpr_mt.train.loss import TranslationLoss
 from rpr_mt.train.optimizer import build_optimizer
-from rpr_mt.train.run_dir import check_run_dir, config_differences, saved_config
+from rpr_mt.train.run_dir import check_run_dir, config_differences, remove_previous_run, saved_config
 from rpr_mt.train.schedule import learning_rate
 from rpr_mt.train.signals import StopSignal
 from rpr_mt.train.state import TrainState
@@ -138,18 +137,27 @@ def train(
         for stale in remove_stale_temporaries(run_dir):
             log(f"removed {stale.name}, left by a checkpoint write that was interrupted")
     refusal = ""
-    if dd.is_main and config_path.is_file():
+    has_run = config_path.is_file() or bool(ckpt.list_step_checkpoints(run_dir))
+    # Data whose inputs changed since the run's checkpoints were trained on it: preparing it again (below) would
+    # replace the vocabulary they need before the resume could refuse it. (Damaged files of unchanged inputs are
+    # prepared again: the same inputs give the same vocabulary.)
+    changed = changed_since_prepared(cfg.data) if ckpt.list_step_checkpoints(run_dir) else None
+    if dd.is_main and has_run:
         old = saved_config(config_path, run_dir, log)
         diffs = config_differences(old, config_to_dict(cfg))
         if diffs and not overwrite:
             refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
-                       "pass --overwrite to replace it or choose another train.run_dir")
-        if diffs and overwrite:
+                       "pass --overwrite to delete that run (its checkpoints too) or choose another train.run_dir")
+        elif changed and not overwrite:
+            refusal = (f"{run_dir} holds checkpoints trained on the data in {cfg.data.output_dir}, but its inputs "
+                       f"changed since ({changed}): preparing it again could change the vocabulary they need. To "
+                       "resume, restore what changed; to start over on the new data, pass --overwrite (deletes the "
+                       "run's checkpoints) or choose another train.run_dir")
+        if (diffs or changed) and overwrite:
             log(f"--overwrite: removing the previous run in {run_dir}")
-            shutil.rmtree(ckpt.checkpoint_dir(run_dir), ignore_errors=True)
-            (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+            remove_previous_run(run_dir)
     if not dd.all_true(not refusal, device):  # every rank stops, not rank 0 alone (the others would wait for it)
-        raise UserError(refusal or f"{run_dir} holds a run with a different config (rank 0 says which)")
+        raise UserError(refusal or f"{run_dir} holds a run that this config cannot resume (rank 0 says why)")
     dd.barrier()
 
     # -- data, model, optimizer -------------------------------------------------------------------------------------
