@@ -11,6 +11,11 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
+try:  # advisory locks; absent on Windows, where two trainings into one directory are not detected
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
+
 from rpr_mt.checkpoints import checkpoint_dir
 from rpr_mt.config import Config, config_to_dict
 from rpr_mt.errors import UserError
@@ -115,3 +120,38 @@ def remove_previous_run(run_dir: Path) -> None:
     shutil.rmtree(checkpoint_dir(run_dir), ignore_errors=True)
     shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+
+
+class RunDirLock:
+    """Rank 0's advisory lock on a run directory while it trains, so that a second ``rpr-mt train`` into the same
+    directory is refused instead of interleaving its metrics and checkpoints with the first's (the kernel drops the
+    lock when a process dies, so a killed run never blocks its resumption). Entering creates the directory if
+    needed; leaving removes the lock file, and the directory too if it was created here and stayed empty (a command
+    that fails early leaves the disk as it was). ``acquired`` says whether the lock was had."""
+
+    NAME = ".train.lock"
+
+    def __init__(self, run_dir: Path) -> None:
+        self.run_dir = run_dir
+        self.acquired = False
+        self._created = False
+        self._handle = None
+
+    def __enter__(self) -> "RunDirLock":
+        self._created = not self.run_dir.exists()
+        self.run_dir.mkdir(parents=True, exist_ok=True)
+        self._handle = open(self.run_dir / self.NAME, "a")
+        try:
+            if fcntl is not None:
+                fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            self.acquired = True
+        except OSError:
+            self.acquired = False
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if self.acquired:
+            (self.run_dir / self.NAME).unlink(missing_ok=True)
+        self._handle.close()
+        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
+            self.run_dir.rmdir()

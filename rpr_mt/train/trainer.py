@@ -46,7 +46,8 @@ from rpr_mt.train.init_from import init_from
 from rpr_mt.train.logger import Logger
 from rpr_mt.train.loss import TranslationLoss
 from rpr_mt.train.optimizer import build_optimizer
-from rpr_mt.train.run_dir import check_run_dir, config_differences, remove_previous_run, saved_config
+from rpr_mt.train.run_dir import RunDirLock, check_run_dir, config_differences, remove_previous_run, \
+    saved_config
 from rpr_mt.train.schedule import learning_rate
 from rpr_mt.train.signals import StopSignal
 from rpr_mt.train.state import TrainState
@@ -100,6 +101,15 @@ def train(
     been planned that long (``cosine`` therefore rises again); the time-based ``budget`` schedule cannot be extended
     this way (raise train.max_time instead).
     """
+    with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: its directory's lock
+        return _train(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps,
+                      held=held)
+
+
+def _train(
+    cfg: Config, *, overwrite: bool, dry_run: bool, progress: bool | None, more_steps: int | None,
+    held: contextlib.ExitStack,
+) -> TrainResult:
     if more_steps is not None and more_steps < 1:
         raise UserError(f"--more-steps must be >= 1 (got {more_steps})")
     t = cfg.train
@@ -131,7 +141,11 @@ def train(
         except UserError as exc:
             raise UserError(f"train.init_from: {exc}") from None
 
-    # -- run directory: refuse to mix two different runs ------------------------------------------------------------
+    # -- run directory: one training at a time, and never two different runs ---------------------------------------
+    busy = dd.is_main and not held.enter_context(RunDirLock(run_dir)).acquired
+    if not dd.all_true(not busy, device):
+        raise UserError(f"another `rpr-mt train` is training in {run_dir} (it holds {run_dir / RunDirLock.NAME}); "
+                        "wait for it to finish, or choose another train.run_dir")
     config_path = run_dir / "config.yaml"
     if dd.is_main:
         for stale in remove_stale_temporaries(run_dir):

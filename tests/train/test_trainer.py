@@ -341,3 +341,19 @@ def test_a_log_reader_that_goes_away_does_not_end_the_run(tmp_path, demo_data):
     assert proc.wait(timeout=300) == 0
     names = [p.name for p in ckpt.list_step_checkpoints(tmp_path / "run")]
     assert names == ["checkpoint_00000020.pt", "checkpoint_00000040.pt"]
+
+
+def test_a_second_training_into_the_same_run_dir_is_refused(tmp_path, demo_data):
+    """Two `rpr-mt train` into one directory interleaved their metrics and overwrote each other's checkpoints. The
+    directory's lock is held (here by this process, as a running training would hold it): the training is refused
+    in one line; once it is free, the same command trains, and leaves no lock file behind."""
+    from rpr_mt.train.run_dir import RunDirLock
+
+    cfg = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2, "valid_bleu": False}))
+    with RunDirLock(tmp_path / "run") as lock:
+        assert lock.acquired
+        with pytest.raises(UserError, match="another `rpr-mt train` is training in"):
+            train(cfg, progress=False)
+    assert not (tmp_path / "run").exists()  # created for the lock, empty: removed
+    assert train(cfg, progress=False).step == 2
+    assert not (tmp_path / "run" / RunDirLock.NAME).exists()
