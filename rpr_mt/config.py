@@ -329,6 +329,16 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
+# YAML 1.2's booleans: true and false only. PyYAML follows YAML 1.1, where yes/no/on/off/y/n are booleans too, so
+# `tgt_lang: no` (Norwegian) read as False; with this resolver it is the string it looks like, and `valid_bleu: yes`
+# is an error that says a bool field wants true or false.
+_BOOL = "tag:yaml.org,2002:bool"
+_StrictLoader.yaml_implicit_resolvers = {
+    first: [(tag, pattern) for tag, pattern in resolvers if tag != _BOOL]
+    for first, resolvers in yaml.SafeLoader.yaml_implicit_resolvers.items()
+}
+_StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false|False|FALSE)$"), list("tTfF"))
+
 # Exponent notation without a dot (1e-9, -3E4), which YAML 1.1 leaves as a string.
 _YAML11_FLOAT_GAP = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
 
@@ -412,9 +422,10 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     if len(keys) < 2 or not all(keys):
         raise UserError(f"--set expects section.key=value, got {override!r}")
     try:
-        value = yaml.safe_load(value_text) if value_text.strip() else None
+        value = yaml.load(value_text, Loader=_StrictLoader) if value_text.strip() else None
     except yaml.YAMLError:
         value = value_text
+    _check_override_key(keys, override.strip())
     node = raw
     for key in keys[:-1]:
         child = node.get(key)
@@ -426,6 +437,42 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
     node[keys[-1]] = value
 
 
+# What fairseq, OpenNMT-py and Sockeye users type for a setting with another name here: offered as the "did you
+# mean", never accepted silently (a closest-spelling match could name another setting: max_updates -> max_bad_updates).
+KEY_ALIASES = {
+    "max_update": "max_steps", "max_updates": "max_steps", "train_steps": "max_steps", "max_epoch": "max_epochs",
+    "lr": "peak_lr", "learning_rate": "peak_lr", "warmup_updates": "warmup_steps", "warmup": "warmup_steps",
+    "batch_size": "max_tokens", "max_sentences": "max_tokens", "beam": "beam_size", "lenpen": "length_penalty",
+    "save_interval_updates": "save_every", "validate_interval_updates": "validate_every",
+    "keep_last_epochs": "keep_last", "max_grad_norm": "clip_norm",
+}
+
+
+def _suggestion(key: str, names: list[str]) -> str | None:
+    """The field a mistyped ``key`` probably meant: a known alias of another toolkit, else the closest spelling."""
+    alias = KEY_ALIASES.get(key)
+    if alias in names:
+        return alias
+    close = difflib.get_close_matches(key, names, n=1, cutoff=0.6)
+    return close[0] if close else None
+
+
+def _check_override_key(keys: list[str], override: str) -> None:
+    """An unknown key in --set is named as --set's, not as the config file's."""
+    cls: Any = Config
+    for depth, key in enumerate(keys):
+        if not dataclasses.is_dataclass(cls):
+            return  # below a plain field (a mapping such as data.splits): checked when the config is built
+        names = [f.name for f in dataclasses.fields(cls)]
+        if key not in names:
+            prefix = ".".join(keys[:depth])
+            suggestion = _suggestion(key, names)
+            hint = (f" (did you mean '{prefix + '.' if prefix else ''}{suggestion}'?)" if suggestion
+                    else f"; valid keys: {', '.join(names)}")
+            raise UserError(f"--set {override}: unknown key '{'.'.join(keys[:depth + 1])}'{hint}")
+        cls = typing.get_type_hints(cls)[key]
+
+
 def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:
     if not isinstance(raw, dict):
         raise UserError(f"{origin}: {prefix.rstrip('.') or 'config'} must be a mapping, got {type(raw).__name__}")
@@ -434,8 +481,8 @@ def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:
     kwargs = {}
     for key, value in raw.items():
         if key not in names:
-            suggestion = difflib.get_close_matches(str(key), names, n=1, cutoff=0.6)
-            hint = f" (did you mean '{prefix}{suggestion[0]}'?)" if suggestion else f"; valid keys: {', '.join(names)}"
+            suggestion = _suggestion(str(key), names)
+            hint = f" (did you mean '{prefix}{suggestion}'?)" if suggestion else f"; valid keys: {', '.join(names)}"
             raise UserError(f"{origin}: unknown key '{prefix}{key}'{hint}")
         kwargs[key] = _coerce(hints[key], value, f"{prefix}{key}", origin)
     return cls(**kwargs)
@@ -484,6 +531,8 @@ def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
             raise fail("a number")
         return float(value)
     if tp is str:
+        if isinstance(value, int) and not isinstance(value, bool):
+            return str(value)  # `run_dir: 2024`, `--set train.run_dir=2024`: YAML reads a number, the field is text
         if not isinstance(value, str):
             raise fail("a string")
         return value

@@ -112,3 +112,31 @@ def test_the_demo_job_trains_a_fixed_number_of_updates():
     assert cfg.train.max_steps == 1200 and cfg.train.max_time is None and cfg.train.max_epochs is None
     assert cfg.train.lr_schedule == "cosine"
     assert cfg.train.patience is None
+
+
+def test_set_errors_are_named_as_set_and_suggest_the_other_toolkits_names(tmp_path):
+    """An unknown --set key is --set's, not the config file's; a fairseq name gets this project's name as the
+    suggestion, not the closest spelling (max_updates once suggested max_bad_updates)."""
+    config = tmp_path / "c.yaml"
+    config.write_text("train:\n  max_steps: 10\n")
+    with pytest.raises(UserError, match=r"^--set train.max_updates=30: unknown key 'train.max_updates' \(did you "
+                                         r"mean 'train.max_steps'\?\)"):
+        load_config(config, ["train.max_updates=30"])
+    with pytest.raises(UserError, match=r"unknown key 'model.t5.num_bucketz' \(did you mean 'model.t5.num_buckets'"):
+        load_config(config, ["model.t5.num_bucketz=3"])
+    with pytest.raises(UserError, match=r"c.yaml: unknown key 'train.lr' \(did you mean 'train.peak_lr'\?\)"):
+        config.write_text("train:\n  lr: 0.001\n")
+        load_config(config, [])
+
+
+def test_yaml_1_1_booleans_and_numbers_are_text_in_text_fields(tmp_path):
+    """`tgt_lang: no` is Norwegian, not False (YAML 1.2 booleans: true/false only); a number given for a path is
+    its text; a bool field still wants true or false."""
+    config = tmp_path / "c.yaml"
+    config.write_text("data:\n  tgt_lang: no\ntrain:\n  run_dir: 2024\n")
+    cfg = load_config(config, [])
+    assert cfg.data.tgt_lang == "no" and cfg.train.run_dir == "2024"
+    assert load_config(None, ["data.src_lang=no"]).data.src_lang == "no"
+    assert load_config(None, ["train.valid_bleu=false"]).train.valid_bleu is False
+    with pytest.raises(UserError, match=r"train.valid_bleu must be true or false, got 'yes'"):
+        load_config(None, ["train.valid_bleu=yes"])
