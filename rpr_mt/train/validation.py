@@ -41,10 +41,10 @@ def evaluate_loss(model: Seq2Seq, data, indices: np.ndarray, cfg: Config, device
 
 def dev_bleu(
     model: Seq2Seq, vocab: Vocab, data_dir: Path, cfg: Config, device: torch.device
-) -> tuple[float, float | None] | None:
-    """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, and the 1st
+) -> tuple[float, float | None, int] | None:
+    """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, the 1st
     percentile of their output/source length ratio in pieces (``length_ratio_floor``: translate warns when many
-    outputs fall below it). On Multi30k's tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's,
+    outputs fall below it), and how many lines were scored (fewer than the cap on a small dev set). On Multi30k's tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's,
     on the text as it is (sacreBLEU's tokenizer would split it again and warn at every validation)."""
     from sacrebleu.metrics import BLEU
 
@@ -61,7 +61,7 @@ def dev_bleu(
                                  src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang, min_length_ratio=0.0)
     metric = BLEU(tokenize="none", smooth_method="none", force=True) if is_pretokenized(cfg.data) else BLEU()
     bleu = float(metric.corpus_score(hypotheses, [references]).score)
-    return bleu, length_ratio_floor(sources, hypotheses, vocab.encode)
+    return bleu, length_ratio_floor(sources, hypotheses, vocab.encode), len(sources)
 
 
 def length_ratio_floor(sources: list[str], hypotheses: list[str], encode: Callable[[str], list[int]]) -> float | None:
@@ -83,12 +83,13 @@ def validate(model: Seq2Seq, vocab: Vocab, dev_data, data_dir: Path, cfg: Config
         nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
         record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
         bleu = floor = None
+        sentences = t.valid_max_sentences
         if t.valid_bleu:
             scores = dev_bleu(model, vocab, data_dir, cfg, device)
             if scores is not None:
-                bleu, floor = scores
+                bleu, floor, sentences = scores
                 record["dev_bleu"] = bleu
-        dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": t.valid_max_sentences,
+        dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": sentences,
                "beam_size": t.valid_beam_size}
         if floor is not None:  # read back by load_for_inference: translate's short-output warning
             dev["length_ratio_p01"] = floor

@@ -29,7 +29,8 @@ def test_dev_bleu_is_the_metric_of_the_text(tmp_path, monkeypatch, caplog, text)
     monkeypatch.setattr(translate, "translate_lines", lambda *args, **kwargs: list(HYPOTHESES))
     cfg = Config(data=DataConfig(source="multi30k", multi30k_dir=str(tmp_path), multi30k_text=text))
     with caplog.at_level(logging.WARNING):
-        bleu, _ = dev_bleu(None, WordVocab(), tmp_path, cfg, "cpu")
+        bleu, _, sentences = dev_bleu(None, WordVocab(), tmp_path, cfg, "cpu")
+    assert sentences == 2  # the lines scored, not the cap (train.valid_max_sentences: 500 by default)
     if text == "tok":
         expected = sacrebleu.corpus_bleu(HYPOTHESES, [REFERENCES], tokenize="none", smooth_method="none", force=True)
         assert "tokenized" not in caplog.text  # sacreBLEU's "looks tokenized" warning at every validation
