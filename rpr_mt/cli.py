@@ -192,11 +192,16 @@ def translate(
 
     _check_input(input, "--input")
     _check_output(output, "--output", inputs=[input, checkpoint])
-    model, cfg, vocab, _ = _load_model(checkpoint, which, device)
-    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
+    _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length)
+    from rpr_mt.checkpoints import resolve_checkpoint
+
+    resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
+    # The input is read and checked before the model loads (which can take a minute): bad bytes, an empty pipe
     lines = read_lines(input)
     if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
+    model, cfg, vocab, _ = _load_model(checkpoint, which, device)
+    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
     outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device),
                               progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
     _write_lines(output, outputs)
@@ -391,6 +396,16 @@ def _load_model(checkpoint: Path, which: str, device: str):
 
     # Say which file a run directory resolved to and what it holds: best, last and average differ.
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)
+
+
+def _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length) -> None:
+    """The decoding options given on the command line, checked before a model is loaded, as far as they can be
+    without it (--nbest against the beam size of the model's config waits for ``_decode_config``)."""
+    from rpr_mt.config import DecodeConfig
+
+    defaults = DecodeConfig()
+    _decode_config(Config(decode=DecodeConfig(beam_size=max(defaults.beam_size, nbest or 1))), beam_size,
+                   length_penalty, nbest, max_tokens, min_length)
 
 
 def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None, no_split=False):

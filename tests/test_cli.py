@@ -50,7 +50,8 @@ def test_missing_and_corrupt_checkpoints(tmp_path):
     assert_one_line_error(run("translate", "--checkpoint", str(tmp_path / "nope.pt")), "checkpoint not found")
     bad = tmp_path / "bad.pt"
     bad.write_bytes(b"PK\x03\x04 truncated")
-    assert_one_line_error(run("translate", "--checkpoint", str(bad)), "corrupt or truncated")
+    assert_one_line_error(runner.invoke(app, ["translate", "--checkpoint", str(bad)], input="a line\n"),
+                          "corrupt or truncated")
     assert_one_line_error(run("average-checkpoints", str(tmp_path)), "no numbered checkpoints")
 
 
@@ -258,3 +259,20 @@ def test_the_cli_shows_rpr_mt_info_lines_and_no_other_library_s(tmp_path):
     assert result.returncode == 0, result.stderr
     assert "an rpr_mt line" in result.stderr
     assert "FakeTensor" not in result.stderr, result.stderr
+
+
+def test_translate_checks_its_input_and_options_before_loading_the_model(tmp_path):
+    """A model can take a minute to load: bad options, bad bytes and empty input are said first. The checkpoint
+    here is corrupt, so any message but the corruption's comes from a check made before loading it."""
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    source = tmp_path / "in.txt"
+    source.write_text("a sentence\n", encoding="utf-8")
+    for options, fragment in [(["--beam-size", "0"], "--beam-size must be >= 1"),
+                              (["--beam-size", "4", "--nbest", "5"], "--nbest must be between 1 and the beam size 4"),
+                              (["--length-penalty", "nan"], "--length-penalty must be a finite number")]:
+        assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source), *options), fragment)
+    source.write_bytes(b"ok\n\xff broken\n")
+    assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "line 2: invalid UTF-8")
+    source.write_text("", encoding="utf-8")
+    assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "no lines to translate")
