@@ -1,4 +1,7 @@
-"""Ctrl-C and SIGTERM during training: the first asks for a checkpoint and a stop, a second stops at once."""
+"""Ctrl-C, SIGTERM and SIGHUP during training: the first asks for a checkpoint and a stop, a second stops at once.
+
+SIGHUP is what a closed terminal or ssh session sends a run started without nohup; its default would end the run
+between checkpoints."""
 
 from __future__ import annotations
 
@@ -7,8 +10,12 @@ import threading
 from typing import Any
 
 
+# SIGHUP does not exist on Windows
+STOP_SIGNALS = tuple(getattr(signal, name) for name in ("SIGINT", "SIGTERM", "SIGHUP") if hasattr(signal, name))
+
+
 class StopSignal:
-    """First SIGINT/SIGTERM asks the loop to save and stop at the next update; a second one stops at once."""
+    """First SIGINT/SIGTERM/SIGHUP asks the loop to save and stop at the next update; a second one stops at once."""
 
     def __init__(self) -> None:
         self.requested: str | None = None
@@ -16,7 +23,7 @@ class StopSignal:
 
     def __enter__(self) -> "StopSignal":
         if threading.current_thread() is threading.main_thread():  # signal handlers need the main thread
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in STOP_SIGNALS:
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
 

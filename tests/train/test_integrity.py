@@ -146,12 +146,17 @@ def test_killed_during_a_write_then_resumed_ends_as_an_uninterrupted_run(tmp_pat
     assert not list(run.rglob(".*.tmp"))
 
 
+@pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
 def test_a_run_stopped_off_the_save_grid_averages_and_keeps_what_an_uninterrupted_run_does(
-    tmp_path, demo_data, monkeypatch  # noqa: F811
+    tmp_path, demo_data, monkeypatch, signal_name  # noqa: F811
 ):
-    """SIGTERM after update 6 (saves are every 4): the run saves checkpoint 6 and stops; resumed to the end, the
-    kept checkpoints and checkpoint_avg.pt (the last 3 averaged) equal an uninterrupted run's, bit for bit."""
+    """SIGTERM (what `kill` or a cluster's pre-emption sends) or SIGHUP (a closed terminal) after update 6 (saves
+    are every 4): the run saves checkpoint 6 and stops; resumed to the end, the kept checkpoints and
+    checkpoint_avg.pt (the last 3 averaged) equal an uninterrupted run's, bit for bit."""
     import signal
+
+    if not hasattr(signal, signal_name):
+        pytest.skip(f"no {signal_name} on this platform")
 
     sections = {"train": {"max_steps": 12, "save_every": 4, "keep_last": 3, "average_last": 3,
                           "validate_every": 100}}
@@ -166,7 +171,7 @@ def test_a_run_stopped_off_the_save_grid_averages_and_keeps_what_an_uninterrupte
         out = real_step(self, *args, **kwargs)
         updates.append(1)
         if len(updates) == 6:
-            os.kill(os.getpid(), signal.SIGTERM)  # what `kill` or a cluster's pre-emption sends
+            os.kill(os.getpid(), getattr(signal, signal_name))
         return out
 
     with monkeypatch.context() as patch:
