@@ -166,6 +166,8 @@ def checkpoint_folder(path: str | Path) -> Path:
 
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     """A checkpoint file, or a run directory -> its best / last / averaged checkpoint."""
+    if which not in ("best", "last", "average"):  # checked for a file too, where it is not used: a typo is a typo
+        raise UserError(f"--which must be best, last or average (got {which!r})")
     path = Path(path)
     if path.is_file():
         return path
@@ -177,8 +179,6 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
         if not steps:
             raise UserError(f"no numbered checkpoints in {directory}")
         return steps[-1]
-    if which not in ("best", "average"):
-        raise UserError(f"--which must be best, last or average (got {which!r})")
     name = "checkpoint_best.pt" if which == "best" else "checkpoint_avg.pt"
     candidate = directory / name
     if candidate.is_file():

@@ -54,3 +54,5 @@ def test_a_folder_of_checkpoints_resolves_to_its_own_files_never_a_neighbours(tm
     empty.mkdir()
     with pytest.raises(UserError, match="no numbered checkpoints in"):
         resolve_checkpoint(empty, "last")
+    with pytest.raises(UserError, match="--which must be best, last or average"):
+        resolve_checkpoint(flat / "checkpoint_00000900.pt", "lats")  # a file ignores --which, but not its typo
