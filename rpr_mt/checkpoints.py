@@ -190,6 +190,20 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     raise UserError(f"no {name} in {directory}" + (" (run `rpr-mt average-checkpoints` first)" if which == "average" else ""))
 
 
+def prepared_data_of(output_dir: str | Path, checkpoint: str | Path) -> Path:
+    """The prepared data a checkpoint's run used. ``data.output_dir`` is saved as the run gave it, often relative
+    to the directory it was started from (``data/multi30k_...``): where that path holds no prepared data from here,
+    the nearest directory above the checkpoint under which it does is taken (a run directory inside the project
+    that prepared its data), so that commands work from any directory. Else the path as saved."""
+    output_dir = Path(output_dir)
+    if output_dir.is_absolute() or (output_dir / "manifest.json").is_file():  # rpr_mt.data.prepare.MANIFEST
+        return output_dir
+    for ancestor in Path(os.path.abspath(checkpoint)).parents:
+        if (ancestor / output_dir / "manifest.json").is_file():
+            return ancestor / output_dir
+    return output_dir
+
+
 def describe_checkpoint(payload: dict[str, Any]) -> str:
     """What a checkpoint holds, in words: its update and the dev scores recorded for these weights, e.g.
     ``update 1200, dev BLEU 99.80 (200 sentences, beam 1), dev nll 1.084``."""

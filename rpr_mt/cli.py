@@ -256,7 +256,9 @@ def eval_bleu(
             _check_output(str(save_hyp), "--save-hyp")
         model, cfg, vocab, _ = _load_model(checkpoint, which, device)
         pretokenized = is_pretokenized(cfg.data)
-        data_dir = Path(cfg.data.output_dir)
+        from rpr_mt.checkpoints import prepared_data_of
+
+        data_dir = prepared_data_of(cfg.data.output_dir, checkpoint)  # from any directory, not only the run's own
         src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
         if not src_path.is_file():
             prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))

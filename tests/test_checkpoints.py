@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 import torch
 from torch import nn
@@ -56,3 +58,23 @@ def test_a_folder_of_checkpoints_resolves_to_its_own_files_never_a_neighbours(tm
         resolve_checkpoint(empty, "last")
     with pytest.raises(UserError, match="--which must be best, last or average"):
         resolve_checkpoint(flat / "checkpoint_00000900.pt", "lats")  # a file ignores --which, but not its typo
+
+
+def test_a_runs_relative_data_dir_is_found_from_any_directory(tmp_path, monkeypatch):
+    """eval-bleu --checkpoint from outside the project: data.output_dir saved as 'data/x' (relative to where the
+    run started) is found above the checkpoint; from inside the project, or absolute, it is taken as it is."""
+    from rpr_mt.checkpoints import prepared_data_of
+
+    project = tmp_path / "project"
+    (project / "data" / "x").mkdir(parents=True)
+    (project / "data" / "x" / "manifest.json").write_text("{}")
+    checkpoint = project / "runs" / "r" / "checkpoints" / "checkpoint_best.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"x")
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    monkeypatch.chdir(elsewhere)
+    assert prepared_data_of("data/x", checkpoint) == project / "data" / "x"
+    assert prepared_data_of("data/y", checkpoint) == Path("data/y")  # nowhere: as saved, for the error to name
+    monkeypatch.chdir(project)
+    assert prepared_data_of("data/x", checkpoint) == Path("data/x")
