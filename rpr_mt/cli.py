@@ -474,9 +474,13 @@ def _write_lines(path: str, lines) -> None:
             sys.stdout.write(line + "\n")
         sys.stdout.flush()
         return
+    import gzip
+
     target = Path(path)
     tmp = target.with_name(f".{target.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as handle:
+    # a .gz name is gzip, as it is for the inputs (read_lines)
+    opener = gzip.open if target.name.endswith(".gz") else open
+    with opener(tmp, "wt", encoding="utf-8") as handle:
         for line in lines:
             handle.write(line + "\n")
     tmp.replace(target)

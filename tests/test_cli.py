@@ -276,3 +276,15 @@ def test_translate_checks_its_input_and_options_before_loading_the_model(tmp_pat
     assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "line 2: invalid UTF-8")
     source.write_text("", encoding="utf-8")
     assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "no lines to translate")
+
+
+def test_an_output_named_gz_is_gzip_like_an_input_named_gz(tmp_path):
+    from rpr_mt.cli import _write_lines
+    from rpr_mt.decode.translate import read_lines
+
+    _write_lines(str(tmp_path / "out.de.gz"), ["eins", "zwei"])
+    _write_lines(str(tmp_path / "out.de"), ["eins", "zwei"])
+    with gzip.open(tmp_path / "out.de.gz", "rt", encoding="utf-8") as handle:
+        assert handle.read() == "eins\nzwei\n"
+    assert (tmp_path / "out.de").read_text(encoding="utf-8") == "eins\nzwei\n"
+    assert read_lines(tmp_path / "out.de.gz") == ["eins", "zwei"]
