@@ -160,12 +160,12 @@ def train(
     from rpr_mt.train.trainer import train as run_training
 
     cfg = _config(config, set_)
-    with outlive_readers():  # a log reader that goes away must not end the run between checkpoints
+    with outlive_readers():  # a log reader that goes away must not end the run between checkpoints, nor its exit code
         result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
                               more_steps=more_steps)
-    if result.stopped_by == "signal":
-        typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
-        raise typer.Exit(130)
+        if result.stopped_by == "signal":
+            typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
+            raise typer.Exit(130)
 
 
 @app.command(cls=_Command)

@@ -329,7 +329,7 @@ class _StrictLoader(yaml.SafeLoader):
         return super().construct_mapping(node, deep=deep)
 
 
-# YAML 1.2's booleans: true and false only. PyYAML follows YAML 1.1, where yes/no/on/off/y/n are booleans too, so
+# YAML 1.2's booleans: true and false only. PyYAML follows YAML 1.1, where yes/no/on/off are booleans too, so
 # `tgt_lang: no` (Norwegian) read as False; with this resolver it is the string it looks like, and `valid_bleu: yes`
 # is an error that says a bool field wants true or false.
 _BOOL = "tag:yaml.org,2002:bool"
@@ -531,9 +531,7 @@ def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
             raise fail("a number")
         return float(value)
     if tp is str:
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)  # `run_dir: 2024`, `--set train.run_dir=2024`: YAML reads a number, the field is text
-        if not isinstance(value, str):
+        if not isinstance(value, str):  # a number is not turned back into text: YAML 1.1 read 010 as 8, 1_0 as 10
             raise fail("a string")
         return value
     if origin_tp is tuple:

@@ -129,13 +129,14 @@ def test_set_errors_are_named_as_set_and_suggest_the_other_toolkits_names(tmp_pa
         load_config(config, [])
 
 
-def test_yaml_1_1_booleans_and_numbers_are_text_in_text_fields(tmp_path):
-    """`tgt_lang: no` is Norwegian, not False (YAML 1.2 booleans: true/false only); a number given for a path is
-    its text; a bool field still wants true or false."""
+def test_yaml_1_1_booleans_are_text_in_text_fields(tmp_path):
+    """`tgt_lang: no` is Norwegian, not False (YAML 1.2 booleans: true/false only); a number where text is wanted
+    stays an error (YAML 1.1 has already changed its spelling); a bool field still wants true or false."""
     config = tmp_path / "c.yaml"
-    config.write_text("data:\n  tgt_lang: no\ntrain:\n  run_dir: 2024\n")
-    cfg = load_config(config, [])
-    assert cfg.data.tgt_lang == "no" and cfg.train.run_dir == "2024"
+    config.write_text("data:\n  tgt_lang: no\n")
+    assert load_config(config, []).data.tgt_lang == "no"
+    with pytest.raises(UserError, match=r"train.run_dir must be a string, got 8"):  # YAML 1.1's 010: not "010"
+        load_config(config, ["train.run_dir=010"])
     assert load_config(None, ["data.src_lang=no"]).data.src_lang == "no"
     assert load_config(None, ["train.valid_bleu=false"]).train.valid_bleu is False
     with pytest.raises(UserError, match=r"train.valid_bleu must be true or false, got 'yes'"):

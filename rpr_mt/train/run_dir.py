@@ -126,32 +126,46 @@ class RunDirLock:
     """Rank 0's advisory lock on a run directory while it trains, so that a second ``rpr-mt train`` into the same
     directory is refused instead of interleaving its metrics and checkpoints with the first's (the kernel drops the
     lock when a process dies, so a killed run never blocks its resumption). Entering creates the directory if
-    needed; leaving removes the lock file, and the directory too if it was created here and stayed empty (a command
-    that fails early leaves the disk as it was). ``acquired`` says whether the lock was had."""
+    needed and the lock file ``.train.lock``, which stays (deleting it would let two later runs lock two different
+    files); leaving removes both again only if the directory was created here and holds nothing else (a command
+    that fails early leaves the disk as it was). ``acquired`` is False only when another process holds the lock: a
+    file system without locks (some network mounts) or no fcntl (Windows) trains unlocked, with a warning."""
 
     NAME = ".train.lock"
 
-    def __init__(self, run_dir: Path) -> None:
+    def __init__(self, run_dir: Path, warn: Callable[[str], None] = print) -> None:
         self.run_dir = run_dir
+        self.warn = warn
         self.acquired = False
-        self._created = False
+        self._created: list[Path] = []  # the directories made here, deepest first
         self._handle = None
 
     def __enter__(self) -> "RunDirLock":
-        self._created = not self.run_dir.exists()
+        missing = self.run_dir
+        while not missing.exists() and missing != missing.parent:
+            self._created.append(missing)
+            missing = missing.parent
         self.run_dir.mkdir(parents=True, exist_ok=True)
         self._handle = open(self.run_dir / self.NAME, "a")
+        self.acquired = True
+        if fcntl is None:
+            self.warn(f"warning: no file locks on this platform: a second training into {self.run_dir} would not "
+                      "be refused")
+            return self
         try:
-            if fcntl is not None:
-                fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            self.acquired = True
-        except OSError:
+            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:  # EWOULDBLOCK: another process holds it
             self.acquired = False
+        except OSError as exc:  # ENOLCK, ENOSYS: the file system has no locks
+            self.warn(f"warning: cannot lock {self.run_dir / self.NAME} ({exc.strerror}): a second training into "
+                      f"{self.run_dir} would not be refused")
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self.acquired:
+        self._handle.close()  # before any removal (Windows cannot delete an open file); this drops the lock
+        if self._created and self.acquired and [p.name for p in self.run_dir.iterdir()] == [self.NAME]:
             (self.run_dir / self.NAME).unlink(missing_ok=True)
-        self._handle.close()
-        if self._created and self.run_dir.is_dir() and not any(self.run_dir.iterdir()):
-            self.run_dir.rmdir()
+            for directory in self._created:
+                if any(directory.iterdir()):
+                    break
+                directory.rmdir()

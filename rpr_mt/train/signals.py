@@ -1,7 +1,7 @@
 """Ctrl-C, SIGTERM and SIGHUP during training: the first asks for a checkpoint and a stop, a second stops at once.
 
 SIGHUP is what a closed terminal or ssh session sends a run started without nohup; its default would end the run
-between checkpoints."""
+between checkpoints. A signal that the process ignores (nohup ignores SIGHUP) stays ignored."""
 
 from __future__ import annotations
 
@@ -24,6 +24,8 @@ class StopSignal:
     def __enter__(self) -> "StopSignal":
         if threading.current_thread() is threading.main_thread():  # signal handlers need the main thread
             for sig in STOP_SIGNALS:
+                if sig != signal.SIGINT and signal.getsignal(sig) is signal.SIG_IGN:
+                    continue  # ignored on purpose: `nohup rpr-mt train ...` must go on after a logout
                 self.previous[sig] = signal.signal(sig, self._handle)
         return self
 

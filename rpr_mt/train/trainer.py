@@ -142,7 +142,7 @@ def _train(
             raise UserError(f"train.init_from: {exc}") from None
 
     # -- run directory: one training at a time, and never two different runs ---------------------------------------
-    busy = dd.is_main and not held.enter_context(RunDirLock(run_dir)).acquired
+    busy = dd.is_main and not held.enter_context(RunDirLock(run_dir, warn=log)).acquired
     if not dd.all_true(not busy, device):
         raise UserError(f"another `rpr-mt train` is training in {run_dir} (it holds {run_dir / RunDirLock.NAME}); "
                         "wait for it to finish, or choose another train.run_dir")
@@ -155,7 +155,7 @@ def _train(
     # Data whose inputs changed since the run's checkpoints were trained on it: preparing it again (below) would
     # replace the vocabulary they need before the resume could refuse it. (Damaged files of unchanged inputs are
     # prepared again: the same inputs give the same vocabulary.)
-    changed = changed_since_prepared(cfg.data) if ckpt.list_step_checkpoints(run_dir) else None
+    changed = changed_since_prepared(cfg.data) if dd.is_main and ckpt.list_step_checkpoints(run_dir) else None
     if dd.is_main and has_run:
         old = saved_config(config_path, run_dir, log)
         diffs = config_differences(old, config_to_dict(cfg))

@@ -349,11 +349,34 @@ def test_a_second_training_into_the_same_run_dir_is_refused(tmp_path, demo_data)
     in one line; once it is free, the same command trains, and leaves no lock file behind."""
     from rpr_mt.train.run_dir import RunDirLock
 
-    cfg = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2, "valid_bleu": False}))
-    with RunDirLock(tmp_path / "run") as lock:
+    cfg = config_from_dict(tiny(demo_data, tmp_path / "runs" / "run", train={"max_steps": 2, "valid_bleu": False}))
+    with RunDirLock(tmp_path / "runs" / "run") as lock:
         assert lock.acquired
         with pytest.raises(UserError, match="another `rpr-mt train` is training in"):
             train(cfg, progress=False)
-    assert not (tmp_path / "run").exists()  # created for the lock, empty: removed
+    assert not (tmp_path / "runs").exists()  # created for the lock, empty: removed, the parent it made too
     assert train(cfg, progress=False).step == 2
-    assert not (tmp_path / "run" / RunDirLock.NAME).exists()
+    with RunDirLock(tmp_path / "runs" / "run") as lock:  # the finished run let go of it
+        assert lock.acquired
+
+
+def test_a_run_stopped_after_its_log_reader_left_still_exits_130(tmp_path, demo_data):
+    """The 'interrupted: saved ...' line goes nowhere once the reader is gone, but the exit code still says the run
+    stopped early (before, the broken pipe of that line turned it into 0, 'finished')."""
+    import signal
+    import time
+
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 100000, "log_every": 1, "save_every": 100000,
+                                                    "validate_every": 100000, "valid_bleu": False})
+    config_path = tmp_path / "c.yaml"
+    save_config(config_from_dict(raw), config_path)
+    proc = subprocess.Popen([sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path),
+                             "--no-progress"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(3):
+        proc.stderr.readline()
+    proc.stderr.close()
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    assert proc.wait(timeout=300) == 130
+    assert ckpt.list_step_checkpoints(tmp_path / "run")  # the stop saved one

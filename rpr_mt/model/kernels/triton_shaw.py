@@ -205,8 +205,8 @@ def _next_pow2(n: int, least: int = 16) -> int:
 # 20-100 and a dropout seed per call (divisible by 16 one call in 16) compiled new variants well into its first
 # epoch. Not specializing them costs the divisibility hints of mask-row loads; unit strides along d and keys stay
 # specialized.
-_UNSPECIALIZED = ("Lq", "Lk", "offset", "clip", "seed", "sb_b", "sb_m", "sm_b", "sm_m", "sp_b", "sp_m", "sx_b", "sx_h",
-                  "sd_b", "sd_m")
+_UNSPECIALIZED = ("Lq", "Lk", "offset", "clip", "seed", "sb_b", "sb_h", "sb_m", "sm_b", "sm_h", "sm_m", "sp_b", "sp_h",
+                  "sp_m", "sx_b", "sx_h", "sd_b", "sd_h", "sd_m")
 
 
 def _jit_kernel(fn):

@@ -163,18 +163,23 @@ def test_lengths_and_dropout_seeds_compile_each_kernel_once():
     if triton_shaw.compiled_variants() is None:
         pytest.skip("this Triton keeps its kernel caches where compiled_variants cannot count them")
 
-    def step(length: int, seed: int) -> None:
+    def step(length: int, seed: int, bias: bool) -> None:
         q, k, v, rel_k, rel_v = (t.detach().to("cuda", torch.bfloat16).requires_grad_() for t in
                                  make_inputs(3, 4, length, length, 64, 16, True, True, True, seed=length))
         mask = make_mask("padding", 3, 4, length, length, 0).cuda()
         full_mask, dead = revive_dead_rows(as_4d(mask))
-        out = triton_shaw.triton_relative_attention(q, k, v, rel_k, rel_v, None, full_mask, dead, 16, 0, 0.1,
+        # a learned bias of every pair, per head (what Transformer-XL's bucket bias becomes): head stride Lq * Lk
+        logit_bias = torch.randn(1, 4, length, length, device="cuda", dtype=torch.bfloat16).requires_grad_() \
+            if bias else None
+        out = triton_shaw.triton_relative_attention(q, k, v, rel_k, rel_v, logit_bias, full_mask, dead, 16, 0, 0.1,
                                                     seed=seed)
         out.float().sum().backward()
 
-    step(37, 12345)
+    step(37, 12345, False)
+    step(37, 12345, True)
     before = triton_shaw.compiled_variants()
     for length, seed in [(48, 12345), (64, 32), (99, 1), (20, 2**29 + 16), (37, 0)]:
-        step(length, seed)
+        step(length, seed, False)
+        step(length, seed, True)
     torch.cuda.synchronize()
     assert triton_shaw.compiled_variants() == before

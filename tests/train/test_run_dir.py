@@ -1,0 +1,31 @@
+"""rpr_mt/train/run_dir.py: the run directory's lock where file locks fail or are held."""
+
+from __future__ import annotations
+
+import errno
+
+import pytest
+
+from rpr_mt.train import run_dir
+from rpr_mt.train.run_dir import RunDirLock
+
+
+@pytest.mark.skipif(run_dir.fcntl is None, reason="no fcntl: the lock is not taken")
+def test_a_file_system_without_locks_trains_unlocked_with_a_warning(tmp_path, monkeypatch):
+    """ENOLCK (NFS without lockd) is not 'another training holds it': refusing there would refuse every run."""
+    def no_locks(*args):
+        raise OSError(errno.ENOLCK, "No locks available")
+
+    monkeypatch.setattr(run_dir.fcntl, "flock", no_locks)
+    warnings = []
+    with RunDirLock(tmp_path / "run", warn=warnings.append) as lock:
+        assert lock.acquired
+    assert len(warnings) == 1 and "No locks available" in warnings[0]
+
+
+@pytest.mark.skipif(run_dir.fcntl is None, reason="no fcntl: the lock is not taken")
+def test_a_held_lock_is_not_acquired_and_leaves_the_directory(tmp_path):
+    (tmp_path / "run").mkdir()
+    with RunDirLock(tmp_path / "run") as first, RunDirLock(tmp_path / "run") as second:
+        assert first.acquired and not second.acquired
+    assert (tmp_path / "run").is_dir()  # it existed before: kept, lock file and all

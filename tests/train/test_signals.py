@@ -1,0 +1,27 @@
+"""rpr_mt/train/signals.py: which signals stop a run with a checkpoint, and which stay as the user set them."""
+
+from __future__ import annotations
+
+import signal
+
+import pytest
+
+from rpr_mt.train.signals import StopSignal
+
+
+@pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
+def test_a_hang_up_asks_for_a_stop_unless_nohup_ignores_it():
+    previous = signal.getsignal(signal.SIGHUP)
+    try:
+        signal.signal(signal.SIGHUP, signal.SIG_DFL)
+        with StopSignal() as stop:
+            signal.raise_signal(signal.SIGHUP)
+            assert stop.requested == "SIGHUP"
+        assert signal.getsignal(signal.SIGHUP) is signal.SIG_DFL
+        signal.signal(signal.SIGHUP, signal.SIG_IGN)  # what `nohup rpr-mt train ...` sets up
+        with StopSignal() as stop:
+            assert signal.getsignal(signal.SIGHUP) is signal.SIG_IGN
+            signal.raise_signal(signal.SIGHUP)
+            assert stop.requested is None
+    finally:
+        signal.signal(signal.SIGHUP, previous)
