@@ -76,6 +76,8 @@ def run_one(
             print(f"   dev BLEU {bleu:.2f} with checkpoint {which}, length penalty {alpha}", file=sys.stderr, flush=True)
             if best is None or bleu > best[0]:
                 best = (bleu, which, alpha, str(checkpoint), hypotheses, sent_s, model)
+    if best is None:
+        raise UserError(f"{cfg.train.run_dir}: none of the checkpoints {candidates} could be loaded (above)")
     dev_bleu, which, alpha, checkpoint, dev_hyp, dev_sent_s, model = best
     row.update(checkpoint=which, checkpoint_path=checkpoint, length_penalty=alpha, dev_bleu=dev_bleu,
                dev_sent_s=dev_sent_s, dev_bp=sacrebleu.corpus_bleu(dev_hyp, [dev_ref]).bp)
@@ -96,23 +98,30 @@ def _number(row: dict, key: str, spec: str) -> str:
     return format(row[key], spec) if key in row else "–"
 
 
-def main() -> None:
+def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("configs", nargs="+")
     parser.add_argument("--set", dest="overrides", action="append", default=[], help="section.key=value for all")
-    parser.add_argument("--which", nargs="+", default=["last", "average"],
+    parser.add_argument("--which", nargs="+", default=["last", "average"], choices=["last", "best", "average"],
                         help="checkpoints to try on dev (last, best, average); test is scored with the dev-best")
     parser.add_argument("--length-penalties", nargs="+", type=float, default=[0.6, 1.0, 1.5, 2.0, 2.5, 3.0],
                         help="GNMT length penalties alpha to try on dev")
     parser.add_argument("--dev-only", action="store_true",
                         help="do not decode test (for comparing variants; score the chosen one with eval-bleu)")
     parser.add_argument("--json", dest="json_path", help="also write the rows as JSON here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     rows = []
-    for config_path in args.configs:
-        print(f"== {config_path}", file=sys.stderr, flush=True)
-        rows.append(run_one(config_path, args.overrides, args.which, args.length_penalties, test=not args.dev_only))
-        print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    try:
+        for config_path in args.configs:  # every config is checked before the first run deletes or trains anything
+            load_config(config_path, args.overrides)
+        for config_path in args.configs:
+            print(f"== {config_path}", file=sys.stderr, flush=True)
+            rows.append(run_one(config_path, args.overrides, args.which, args.length_penalties,
+                                test=not args.dev_only))
+            print(json.dumps(rows[-1]), file=sys.stderr, flush=True)
+    except UserError as err:
+        print(f"error: {err}", file=sys.stderr)
+        return 2
     print("| config | positions | precision | updates | epochs | train s | tgt tok/s | peak MB | checkpoint, alpha "
           "(dev-chosen) | dev BLEU | test BLEU | test BP | decode sent/s (test) |")
     print("|---|---|---|---|---|---|---|---|---|---|---|---|---|")
@@ -125,7 +134,8 @@ def main() -> None:
           f"{args.which} x {args.length_penalties}; beam size from each config's decode section")
     if args.json_path:
         Path(args.json_path).write_text(json.dumps(rows, indent=2), encoding="utf-8")
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

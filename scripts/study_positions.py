@@ -48,6 +48,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-sentences", action="store_true",
                         help="decode the long sets sentence by sentence (long_results_split.json) instead of whole")
     args = parser.parse_args(argv)
+    report_only = [flag for flag, given in (("--plot", args.plot), ("--bootstrap", args.bootstrap),
+                                             ("--lengths", args.lengths), ("--speed-json", args.speed_json),
+                                             ("--baseline", args.baseline != BASELINE), ("--data-dir", args.data_dir))
+                   if given]
+    if report_only and not args.report:  # without --report they were dropped and the whole study started training
+        parser.error(f"{', '.join(report_only)} go(es) with --report (which trains nothing); add --report")
+    if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):  # else found after the tables
+        parser.error(f"--plot {args.plot}: give a .png, .pdf or .svg file")
     try:
         from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
                                               render_output_lengths, render_study_table)

@@ -1,0 +1,82 @@
+"""The experiment scripts refuse what they cannot do before doing anything: flags that another flag needs, outputs
+that would replace their inputs, duplicate seeds, unknown runs (each a one-line error, exit 2, no traceback)."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from . import REPO, load_script
+
+
+def test_study_report_flags_without_report_start_nothing(tmp_path, capsys):
+    study = load_script("scripts/study_positions.py")
+    for flags in (["--plot", "x.png"], ["--bootstrap"], ["--lengths"], ["--baseline", "t5"]):
+        with pytest.raises(SystemExit) as stop:
+            study.main(["configs/demo.yaml", "--root", str(tmp_path / "study"), *flags])
+        assert stop.value.code == 2 and "go(es) with --report" in capsys.readouterr().err
+    with pytest.raises(SystemExit):
+        study.main(["configs/demo.yaml", "--root", str(tmp_path / "study"), "--report", "--plot", "x.txt"])
+    assert "give a .png, .pdf or .svg file" in capsys.readouterr().err
+    assert not (tmp_path / "study").exists()
+
+
+def make_sweep_root(root):
+    run = root / "base" / "seed1"
+    run.mkdir(parents=True)
+    (root / "plan.json").write_text(json.dumps({"config": "c.yaml", "runs": {}}))
+    (run / "result.json").write_text("{}")
+    return run
+
+
+@pytest.mark.parametrize("out, fragment", [("plan.json", "would replace a file of the sweep"),
+                                           ("base/seed1/result.json", "would replace a file of the sweep"),
+                                           (".", "is a directory"), ("nodir/x.md", "does not exist")])
+def test_aggregate_refuses_an_output_that_would_replace_its_input_or_cannot_be_written(tmp_path, capsys, out,
+                                                                                         fragment):
+    aggregate = load_script("scripts/aggregate.py")
+    make_sweep_root(tmp_path)
+    plan = (tmp_path / "plan.json").read_text()
+    assert aggregate.main([str(tmp_path), "--out", str(tmp_path / out)]) == 2
+    assert fragment in capsys.readouterr().err
+    assert (tmp_path / "plan.json").read_text() == plan
+
+
+def test_aggregate_names_an_unreadable_plan(tmp_path, capsys):
+    aggregate = load_script("scripts/aggregate.py")
+    make_sweep_root(tmp_path)
+    (tmp_path / "plan.json").write_text("# a markdown table\n")
+    assert aggregate.main([str(tmp_path)]) == 2
+    assert "plan.json: not readable JSON" in capsys.readouterr().err
+
+
+def test_sweep_list_takes_only_and_refuses_duplicate_seeds(tmp_path):
+    def sweep(*args):
+        return subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", str(tmp_path / "r"),
+                               "--tables", "positions", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
+
+    listed = sweep("--seeds", "1", "2", "--list", "--only", "base/seed2")
+    assert listed.returncode == 0, listed.stderr
+    assert [line for line in listed.stdout.splitlines() if line.startswith("#")] == [
+        "# base/seed2: to do (positions relative)"]
+    unknown = sweep("--seeds", "1", "--list", "--only", "base/seed9")
+    assert unknown.returncode == 2 and "no such run" in unknown.stderr and "Traceback" not in unknown.stderr
+    twice = sweep("--seeds", "1", "1", "--list")
+    assert twice.returncode == 2 and "a seed given twice" in twice.stderr
+    assert not (tmp_path / "r").exists()
+
+
+def test_time_to_bleu_checks_every_config_before_it_deletes_or_trains(tmp_path, capsys):
+    bench = load_script("scripts/bench_time_to_bleu.py")
+    run_dir = tmp_path / "run"
+    run_dir.mkdir()
+    (run_dir / "keep.txt").write_text("a previous run")
+    overrides = ["--set", f"train.run_dir={run_dir}"]
+    assert bench.main(["configs/demo.yaml", str(tmp_path / "missing.yaml"), *overrides]) == 2
+    assert "config file not found" in capsys.readouterr().err
+    assert bench.main(["configs/demo.yaml", "--set", "foo.bar=1", *overrides]) == 2
+    assert "unknown key 'foo'" in capsys.readouterr().err
+    assert (run_dir / "keep.txt").is_file()  # the first config's run was not started (it deletes its run_dir)
