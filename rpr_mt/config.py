@@ -281,6 +281,10 @@ def validate_data(config: DataConfig) -> None:
     for name in names:
         if not _SPLIT_NAME.match(name):
             raise UserError(f"{prefix}.{name}: split names may use only letters, digits, '_' and '-'")
+    misnamed = sorted(set(names) & {"valid", "validation", "val", "development"})
+    if misnamed and "dev" not in names:  # validation reads the split named dev: under another name it never ran
+        raise UserError(f"{prefix}.{misnamed[0]}: the validation split is named 'dev' (validation, the best "
+                        f"checkpoint and the dev scores read it); rename '{misnamed[0]}' to 'dev'")
     if config.source == "demo" and "train" not in config.demo_sizes:
         raise UserError("data.demo_sizes must have a 'train' entry")
     if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):

@@ -11,6 +11,7 @@ cell's BLEU difference to the base run of the same seed with sacreBLEU's paired 
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from pathlib import Path
 
@@ -25,6 +26,22 @@ def _edges(text: str) -> list[int]:
         return [int(part) for part in text.split(",") if part.strip()]
     except ValueError:
         raise argparse.ArgumentTypeError(f"expected comma-separated integers like 10,13,16, got '{text}'") from None
+
+
+def check_outputs(root: str, out: str | None, plots: str | None) -> None:
+    """Before any work: --out is a file in an existing directory and not one of the files read from the sweep root
+    (its plan or a run's result); --plots is a directory or can be made one."""
+    if out is not None:
+        target = Path(out)
+        if target.is_dir():
+            raise UserError(f"--out {out} is a directory; give a file, e.g. {Path(out) / 'tables.md'}")
+        if not target.resolve().parent.is_dir():
+            raise UserError(f"--out {out}: the directory {target.parent} does not exist")
+        read = [Path(root) / "plan.json", *Path(root).glob("*/result.json"), *Path(root).glob("*/*/result.json")]
+        if any(target.resolve() == path.resolve() for path in read):
+            raise UserError(f"--out {out} would replace a file of the sweep it reads; choose another name")
+    if plots is not None and Path(plots).exists() and not Path(plots).is_dir():
+        raise UserError(f"--plots {plots} is a file; give a directory for the plots")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,7 +61,12 @@ def main(argv: list[str] | None = None) -> int:
                         "(lowercased, normalized, Moses-tokenized text)")
     parser.add_argument("--data-dir", help="prepared data of the runs (default: data.output_dir of their config.yaml)")
     args = parser.parse_args(argv)
+    if args.length_edges is not None and not args.by_length:
+        parser.error("--length-edges goes with --by-length")
+    if args.metric != "sacrebleu" and not args.paired_bootstrap:
+        parser.error("--metric chooses the BLEU of --paired-bootstrap; give that too")
     try:
+        check_outputs(args.root, args.out, args.plots)
         sweep = load_sweep(args.root)
         text = render_markdown(sweep, args.title)
         if args.by_length:
@@ -76,4 +98,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `... | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import shlex
 import sys
 
@@ -30,11 +31,21 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
     parser.add_argument("--list", action="store_true", help="print one command per run and its state; run nothing")
     args = parser.parse_args(argv)
+    if len(set(args.seeds)) != len(args.seeds):
+        parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed given twice")
     try:
         if args.list:
-            for run in plan_runs(args.config, args.tables, args.seeds, args.overrides):
+            runs = plan_runs(args.config, args.tables, args.seeds, args.overrides)
+            unknown = sorted(set(args.only) - {run.directory for run in runs})
+            if unknown:
+                raise UserError(f"--only {', '.join(unknown)}: no such run in this sweep (--list without --only "
+                                "lists them)")
+            script = os.path.relpath(__file__)  # the commands work from where this one was run
+            for run in runs:
+                if args.only and run.directory not in args.only:
+                    continue
                 done = is_finished(run_config(args.config, args.overrides, run, args.root))
-                command = ["python", "scripts/sweep.py", args.config, "--root", args.root, "--tables", *args.tables,
+                command = ["python", script, args.config, "--root", args.root, "--tables", *args.tables,
                            "--seeds", *map(str, args.seeds), *(f"--set={o}" for o in args.overrides),
                            "--only", run.directory]
                 cells = ", ".join(f"{t} {label}" for t, label in run.cells)
@@ -49,4 +60,8 @@ def main(argv: list[str] | None = None) -> int:
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    try:
+        sys.exit(main())
+    except BrokenPipeError:  # `--list | head`: the reader has what it wanted
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        sys.exit(0)

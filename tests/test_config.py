@@ -141,3 +141,12 @@ def test_yaml_1_1_booleans_are_text_in_text_fields(tmp_path):
     assert load_config(None, ["train.valid_bleu=false"]).train.valid_bleu is False
     with pytest.raises(UserError, match=r"train.valid_bleu must be true or false, got 'yes'"):
         load_config(None, ["train.valid_bleu=yes"])
+
+
+def test_a_validation_split_under_another_name_is_refused():
+    """A files split named 'valid' was prepared and never used: no validation, no best checkpoint, no warning."""
+    splits = {"train": {"src": "a.en", "tgt": "a.de"}, "valid": {"src": "v.en", "tgt": "v.de"}}
+    with pytest.raises(UserError, match=r"data.splits.valid: the validation split is named 'dev'"):
+        config_from_dict({"data": {"source": "files", "splits": splits}})
+    splits["dev"] = splits["valid"]  # beside a dev split, another set of that name is the user's own
+    assert "valid" in config_from_dict({"data": {"source": "files", "splits": splits}}).data.splits

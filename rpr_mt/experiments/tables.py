@@ -71,17 +71,26 @@ class SweepResults:
         return sorted({r["signature"] for r in self.results.values() if "signature" in r})
 
 
+def _read_json(path: Path) -> Any:
+    try:
+        return json.loads(path.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        raise UserError(f"{path}: not readable JSON ({exc})") from None
+
+
 def load_sweep(root: str | Path) -> SweepResults:
     root = Path(root)
     plan_path = root / "plan.json"
     if not plan_path.is_file():
         raise UserError(f"{plan_path} not found: is {root} a sweep root (made by scripts/sweep.py)?")
-    plan = json.loads(plan_path.read_text(encoding="utf-8"))
+    plan = _read_json(plan_path)
+    if not isinstance(plan, dict) or not isinstance(plan.get("runs"), dict):
+        raise UserError(f"{plan_path} is not a sweep plan (no 'runs' mapping); scripts/sweep.py writes it")
     results: dict[str, dict[str, Any]] = {}
     cells: dict[tuple[str, str], CellResults] = {}
     for run_dir, entry in plan["runs"].items():
         result_path = root / run_dir / "result.json"
-        result = json.loads(result_path.read_text(encoding="utf-8")) if result_path.is_file() else None
+        result = _read_json(result_path) if result_path.is_file() else None
         if result is not None:
             results[run_dir] = result
         for table, label in entry["cells"]:
