@@ -141,7 +141,8 @@ def sha256_file(path: Path) -> str:
 
 
 def read_lines(path: Path) -> Iterator[str]:
-    """Decoded lines without the line ending; UserError names the file and 1-based line of invalid UTF-8."""
+    """Decoded lines without the line ending (or an opening byte-order mark); UserError names the file and 1-based
+    line of invalid UTF-8."""
     path = Path(path)
     _check_readable(path)
     with _open_binary(path) as f:
@@ -149,9 +150,11 @@ def read_lines(path: Path) -> Iterator[str]:
         try:
             for lineno, raw in enumerate(f, start=1):
                 try:
-                    yield raw.rstrip(b"\n").decode("utf-8")
+                    line = raw.rstrip(b"\n").decode("utf-8")
                 except UnicodeDecodeError as exc:
                     raise UserError(f"{path}:{lineno}: invalid UTF-8 ({exc.reason} at byte {exc.start})") from None
+                # a byte-order mark opening the file is not text (left in a TSV's first source sentence before)
+                yield line.removeprefix("\ufeff") if lineno == 1 else line
         except (OSError, EOFError, zlib.error) as exc:
             raise _read_error(path, exc, f" after line {lineno}") from None
 

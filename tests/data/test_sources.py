@@ -297,3 +297,11 @@ def test_live_hub_download_or_skip(tmp_path):
             pytest.skip(f"Hugging Face hub unreachable from this machine: {exc}")
         raise
     assert (out / "manifest.json").is_file()
+
+
+def test_an_opening_byte_order_mark_is_not_text_in_plain_or_tsv_files(tmp_path):
+    plain, tsv = tmp_path / "a.en", tmp_path / "a.tsv"
+    plain.write_bytes("\ufeffa dog\nthe \ufeff cat\n".encode("utf-8"))
+    tsv.write_bytes("\ufeffa dog\tein hund\n".encode("utf-8"))
+    assert list(sources.read_lines(plain)) == ["a dog", "the \ufeff cat"]  # only the file's first character
+    assert list(sources.read_tsv(tsv)) == [("a dog", "ein hund")]
