@@ -74,7 +74,8 @@ def main(argv: list[str] | None = None) -> int:
             table = render_length_table(lengths)
             if args.plots:
                 print(f"wrote {plot_length_table(lengths, args.plots, args.prefix)}", file=sys.stderr)
-            text += (f"\n## BLEU by source length ({args.by_length})\n\nCorpus BLEU of the {args.by_length} sentences "
+            text += (f"\n## BLEU by source length ({args.by_length})\n\nCorpus {lengths.metric} of the "
+                     f"{args.by_length} sentences "
                      "whose source has that many words (sentence count in the header), mean ± std over seeds.\n\n"
                      + table + "\n")
         if args.paired_bootstrap:

@@ -18,7 +18,7 @@ from typing import Sequence
 from sacrebleu.metrics import BLEU
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.outputs import cell_rows, load_split_outputs
+from rpr_mt.experiments.outputs import cell_rows, literature_preps, load_split_outputs
 from rpr_mt.experiments.tables import SweepResults, mean_std
 from rpr_mt.plotting import pyplot
 
@@ -57,20 +57,23 @@ def quartile_edges(lengths: Sequence[int]) -> list[int]:
 
 
 def bleu_by_length(
-    sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str], buckets: Sequence[Bucket]
+    sources: Sequence[str], hypotheses: Sequence[str], references: Sequence[str], buckets: Sequence[Bucket],
+    pretokenized: bool = False,
 ) -> list[tuple[int, float | None]]:
-    """(sentence count, corpus BLEU) per bucket; BLEU is None for an empty bucket."""
+    """(sentence count, corpus BLEU) per bucket; BLEU is None for an empty bucket. sacreBLEU, or for
+    ``pretokenized`` text (Multi30k's tokenized files) the literature's BLEU of the text as it is."""
     if not len(sources) == len(hypotheses) == len(references):
         raise UserError(f"{len(sources)} sources, {len(hypotheses)} hypotheses and {len(references)} references: "
                         "they must be line-aligned")
     lengths = [len(s.split()) for s in sources]
+    metric = BLEU(tokenize="none", smooth_method="none", force=True) if pretokenized else BLEU()
     scores: list[tuple[int, float | None]] = []
     for bucket in buckets:
         idx = [i for i, n in enumerate(lengths) if bucket.contains(n)]
         if not idx:
             scores.append((0, None))
             continue
-        bleu = BLEU().corpus_score([hypotheses[i] for i in idx], [[references[i] for i in idx]])
+        bleu = metric.corpus_score([hypotheses[i] for i in idx], [[references[i] for i in idx]])
         scores.append((len(idx), bleu.score))
     return scores
 
@@ -81,6 +84,7 @@ class LengthTable:
     buckets: list[Bucket]
     counts: list[int]  # sentences per bucket
     rows: list[tuple[str, list[list[float]]]]  # (cell labels, per bucket: the BLEU of each seed)
+    metric: str = "sacreBLEU"  # or the literature's BLEU, on runs of Multi30k's tokenized text
 
 
 def length_table(
@@ -91,14 +95,16 @@ def length_table(
     outputs = load_split_outputs(sweep, split, data_dir)
     lengths = [len(s.split()) for s in outputs.sources]
     buckets = buckets_from_edges(edges if edges is not None else quartile_edges(lengths))
-    per_run = {run: bleu_by_length(outputs.sources, hyps, outputs.references, buckets)
+    pretokenized = literature_preps(sweep) == {"pretokenized"}
+    per_run = {run: bleu_by_length(outputs.sources, hyps, outputs.references, buckets, pretokenized)
                for run, hyps in outputs.hypotheses.items()}
     counts = [n for n, _ in next(iter(per_run.values()))]
     rows = []
     for runs, labels in cell_rows(sweep, per_run).items():
         scores = [[per_run[r][i][1] for r in runs if per_run[r][i][1] is not None] for i in range(len(buckets))]
         rows.append((" = ".join(labels), scores))
-    return LengthTable(split, buckets, counts, rows)
+    return LengthTable(split, buckets, counts, rows,
+                       "literature BLEU (tokenized text, as it is)" if pretokenized else "sacreBLEU")
 
 
 def render_length_table(table: LengthTable) -> str:

@@ -26,7 +26,9 @@ def _run_data_dir(run_dir: Path) -> Path:
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise UserError(f"{config_path} not found: pass --data-dir to say where the prepared data is")
-    data_dir = Path(load_config(config_path).data.output_dir)
+    from rpr_mt.checkpoints import prepared_data_of
+
+    data_dir = prepared_data_of(load_config(config_path).data.output_dir, config_path)  # from any directory
     if not data_dir.is_dir():
         raise UserError(f"data directory {data_dir} (from {config_path}) not found: run from the directory the "
                         "sweep ran in, or pass --data-dir")
@@ -59,6 +61,13 @@ def load_split_outputs(sweep: SweepResults, split: str, data_dir: str | Path | N
         if len(hypotheses[run]) != len(sources):
             raise UserError(f"{hyp_path} has {len(hypotheses[run])} lines, {src_path} has {len(sources)}")
     return SplitOutputs(sources, references, hypotheses, ref_path.suffix.lstrip("."))
+
+
+def literature_preps(sweep: SweepResults) -> set[str]:
+    """How the finished runs' literature BLEU read their text, from their result.json: {"pretokenized"} for runs
+    trained and scored on Multi30k's tokenized text, {"lc.norm.tok"} for raw text (lowercased, normalized and
+    tokenized before scoring); "" for a run from before that signature."""
+    return {r.get("lc_tok_signature", "").rpartition("|prep:")[2] for r in sweep.results.values()}
 
 
 def cell_rows(sweep: SweepResults, runs: Collection[str]) -> dict[tuple[str, ...], list[str]]:

@@ -22,7 +22,7 @@ from sacrebleu.significance import PairedTest
 
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import lowercase_normalize_tokenize
-from rpr_mt.experiments.outputs import SplitOutputs, cell_rows, load_split_outputs
+from rpr_mt.experiments.outputs import SplitOutputs, cell_rows, literature_preps, load_split_outputs
 from rpr_mt.experiments.tables import SweepResults, mean_std
 
 N_SAMPLES = 1000
@@ -60,7 +60,7 @@ def _base_runs(sweep: SweepResults, runs: Sequence[str]) -> dict[int, str]:
 def _lit_text(sweep: SweepResults, outputs: SplitOutputs) -> SplitOutputs:
     """The outputs as the literature's BLEU reads them: raw text lowercased, normalized and tokenized; runs trained on
     Multi30k's tokenized text (their result.json says so) as they are."""
-    preps = {r.get("lc_tok_signature", "").rpartition("|prep:")[2] for r in sweep.results.values()}
+    preps = literature_preps(sweep)
     if preps == {"pretokenized"}:
         return outputs
     if preps != {"lc.norm.tok"}:

@@ -135,3 +135,15 @@ def test_length_plot_is_written(tmp_path):
     table = length_table(load_sweep(tmp_path / "sweep"), "dev", [5], data_dir=tmp_path / "data")
     path = plot_length_table(table, tmp_path / "img", prefix="m30k_")
     assert path == tmp_path / "img" / "m30k_bleu_by_length.png" and path.read_bytes().startswith(b"\x89PNG")
+
+
+def test_bucket_bleu_of_pretokenized_text_is_the_literatures_not_sacrebleus():
+    """Runs on Multi30k's tokenized text: the text is scored as it is (sacreBLEU's 13a would split it again, warn
+    'forgot to detokenize' and give another number)."""
+    sources = ["a man &apos;s dog .", "two kids play ."]
+    references = ["the man &apos;s dog runs .", "two kids play ."]
+    hypotheses = ["the man &apos;s cat runs .", "two kids play ."]
+    tokenized = bleu_by_length(sources, hypotheses, references, buckets_from_edges([]), pretokenized=True)
+    expected = BLEU(tokenize="none", smooth_method="none", force=True).corpus_score(hypotheses, [references]).score
+    assert tokenized == [(2, pytest.approx(expected))]
+    assert expected != pytest.approx(BLEU().corpus_score(hypotheses, [references]).score)
