@@ -196,6 +196,7 @@ def translate(
     from rpr_mt.checkpoints import resolve_checkpoint
 
     resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
+    _warn_unused_which(checkpoint, which)
     # The input is read and checked before the model loads (which can take a minute): bad bytes, an empty pipe
     lines = read_lines(input)
     if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
@@ -254,6 +255,7 @@ def eval_bleu(
             raise UserError("give either --hyp/--ref or --checkpoint, not both")
         if save_hyp is not None:
             _check_output(str(save_hyp), "--save-hyp")
+        _warn_unused_which(checkpoint, which)
         model, cfg, vocab, _ = _load_model(checkpoint, which, device)
         pretokenized = is_pretokenized(cfg.data)
         from rpr_mt.checkpoints import prepared_data_of
@@ -369,6 +371,7 @@ def export_command(
     """Export a trained model to CTranslate2 (with its SentencePiece model) for fast inference."""
     from rpr_mt.export.ctranslate2 import export_ctranslate2
 
+    _warn_unused_which(checkpoint, which)
     result = export_ctranslate2(checkpoint, output, which=which, quantization=quantization, force=force)
     typer.echo(f"exported the {result.positions} model {result.checkpoint} to {result.output} "
                f"({result.quantization or 'float32'} weights)", err=True)
@@ -391,6 +394,13 @@ def _device(name: str):
     if name not in ("cpu", "cuda"):
         raise UserError(f"--device must be auto, cpu or cuda (got {name!r})")
     return torch.device(name)
+
+
+def _warn_unused_which(checkpoint: Path, which: str) -> None:
+    """--which chooses within a run directory: say so when another value than the default comes with a file."""
+    if which != "best" and Path(checkpoint).is_file():
+        _stderr(f"warning: --which {which} chooses within a run directory; {checkpoint} is a checkpoint file and is "
+                "used as it is")
 
 
 def _load_model(checkpoint: Path, which: str, device: str):

@@ -288,3 +288,13 @@ def test_an_output_named_gz_is_gzip_like_an_input_named_gz(tmp_path):
         assert handle.read() == "eins\nzwei\n"
     assert (tmp_path / "out.de").read_text(encoding="utf-8") == "eins\nzwei\n"
     assert read_lines(tmp_path / "out.de.gz") == ["eins", "zwei"]
+
+
+def test_which_with_a_checkpoint_file_is_said_to_be_unused(tmp_path):
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    result = runner.invoke(app, ["translate", "--checkpoint", str(bad), "--which", "average"], input="a line\n")
+    assert "warning: --which average chooses within a run directory" in result.output
+    assert "corrupt or truncated" in result.output  # and the file itself was what it loaded
+    quiet = runner.invoke(app, ["translate", "--checkpoint", str(bad)], input="a line\n")
+    assert "warning" not in quiet.output
