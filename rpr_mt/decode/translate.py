@@ -127,6 +127,16 @@ def translate_lines(
             "%d of %d input %s were longer than %d pieces (the model's max_positions - 1) and were truncated",
             truncated, len(texts), "sentences" if decode.split_sentences else "lines", limit,
         )
+    if decode.min_length > 0:  # the output limit wins over the minimum: say where it cannot be met
+        capped = sum(1 for ids in sources.values()
+                     if min(int(decode.max_len_a * len(ids) + decode.max_len_b), model.max_positions - 1)
+                     < decode.min_length)
+        if capped:
+            logger.warning(
+                "min_length %d is above the output limit (max_len_a * source pieces + max_len_b, at most "
+                "max_positions - 1) of %d of %d input %s: those stop at the limit",
+                decode.min_length, capped, len(sources), "sentences" if decode.split_sentences else "lines",
+            )
 
     hypotheses: dict[int, list[Hypothesis]] = {}
     was_training = model.training

@@ -247,3 +247,14 @@ def test_a_one_sentence_line_is_translated_as_without_splitting() -> None:
     for beam in (1, 4):
         assert (run_split(lines, model=model, beam_size=beam)
                 == run_split(lines, model=model, beam_size=beam, split_sentences=False))
+
+
+def test_a_min_length_above_the_output_limit_is_said(caplog) -> None:
+    """The limit (max_len_a * source pieces + max_len_b) wins over min_length; the lines where it does are counted
+    in a warning instead of coming out shorter than asked without a word."""
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        run(["a b c", "d"], min_length=4, max_len_a=0.0, max_len_b=5)  # limit 5: both can reach 4
+    assert "above the output limit" not in caplog.text
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        run(["a b c", "d"], min_length=4, max_len_a=1.0, max_len_b=0)  # limit: 4 and 2 pieces (eos counted)
+    assert "min_length 4 is above the output limit" in caplog.text and "of 1 of 2 input" in caplog.text
