@@ -64,6 +64,9 @@ def main(argv: list[str] | None = None) -> int:
 
         if args.report:
             sweep = load_sweep(args.root)
+            if not any(table == "schemes" for table, _ in sweep.cells):
+                raise UserError(f"{args.root} holds no position-study runs (its plan has no 'schemes' cells); "
+                                "the paper's tables of scripts/sweep.py are read by scripts/aggregate.py")
             speeds = None
             if args.speed_json:
                 try:

@@ -80,3 +80,10 @@ def test_time_to_bleu_checks_every_config_before_it_deletes_or_trains(tmp_path, 
     assert bench.main(["configs/demo.yaml", "--set", "foo.bar=1", *overrides]) == 2
     assert "unknown key 'foo'" in capsys.readouterr().err
     assert (run_dir / "keep.txt").is_file()  # the first config's run was not started (it deletes its run_dir)
+
+
+def test_study_report_on_a_root_without_study_runs_says_so(tmp_path, capsys):
+    study = load_script("scripts/study_positions.py")
+    make_sweep_root(tmp_path)
+    assert study.main(["configs/demo.yaml", "--root", str(tmp_path), "--report"]) == 2
+    assert "holds no position-study runs" in capsys.readouterr().err
