@@ -25,6 +25,11 @@ update on 8 GPUs (max_tokens 25,000, update_freq 1 under torchrun), 25,000 the w
     python benchmarks/bench_gpu_train.py                                       # base, 3,125 and 25,000 tokens
     python benchmarks/bench_gpu_train.py --presets base big --max-tokens 3125 --json train.json
     python benchmarks/bench_gpu_train.py --dry-run                             # the table's form, no GPU needed
+    python benchmarks/bench_gpu_train.py --max-tokens 3125 --profile prof/     # where an update's time goes
+
+With --profile, the first repeat of each row profiles a few more updates: the kernels' device time against the wall
+clock says whether the GPU waits for the host (a small batch's update on an H100), and the operator tables say for
+what.
 """
 
 from __future__ import annotations
@@ -65,6 +70,11 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="cpu: a smoke test of this script (with --tiny; the Triton rows need TRITON_INTERPRET=1)")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer d_model 32 model instead of the presets")
     parser.add_argument("--json", default=None, help="also write the rows as JSON to this file")
+    parser.add_argument("--profile", default=None, metavar="DIR",
+                        help="after the first repeat's timed updates of each row, profile --profile-updates more "
+                        "(torch.profiler) and write DIR/<model>_<tokens>_<scheme>.txt: GPU-busy share of the wall "
+                        "clock, top operators by device and by host time")
+    parser.add_argument("--profile-updates", type=int, default=5)
     parser.add_argument("--dry-run", action="store_true", help="print the table's form without measuring")
     return parser.parse_args(argv)
 
@@ -143,8 +153,46 @@ def triton_variants() -> int | None:
     return triton_shaw.compiled_variants()
 
 
+def profile_updates(update, count: int, cuda: bool, path: Path, title: str) -> dict:
+    """torch.profiler over ``count`` calls of ``update``: the wall clock per update, the device time its kernels
+    took (their sum: where it is well below the wall clock, the GPU waits for the host), and the operators with the
+    most device and host time, written to ``path``."""
+    from torch.profiler import ProfilerActivity, profile
+
+    activities = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=activities) as prof:
+        if cuda:
+            torch.cuda.synchronize()
+        start = time.perf_counter()
+        for _ in range(count):
+            update()
+        if cuda:
+            torch.cuda.synchronize()
+        wall = (time.perf_counter() - start) / count
+    averages = prof.key_averages()
+
+    def device_us(event) -> float:
+        return getattr(event, "self_device_time_total", getattr(event, "self_cuda_time_total", 0.0)) or 0.0
+
+    device = sum(device_us(e) for e in averages) / count / 1e3  # ms per update
+    summary = {"wall_ms": wall * 1e3, "device_ms": device if cuda else None,
+               "device_busy": device / (wall * 1e3) if cuda and wall > 0 else None}
+    lines = [f"# {title}: {count} profiled updates", f"wall {summary['wall_ms']:.2f} ms per update"
+             + (f", device kernels {device:.2f} ms ({summary['device_busy']:.0%} busy)" if cuda else ""), ""]
+    for keys in ([("self_device_time_total", "self_cuda_time_total")] if cuda else []) + [("self_cpu_time_total",)]:
+        for key in keys:  # the device key's name changed in torch 2.4; the older one stays accepted for now
+            try:
+                lines += [f"## by {key}", averages.table(sort_by=key, row_limit=30), ""]
+                break
+            except (AttributeError, KeyError, ValueError):
+                continue
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("\n".join(lines), encoding="utf-8")
+    return summary
+
+
 def measure(
-    preset: str, scheme: str, max_tokens: int, data, args: argparse.Namespace
+    preset: str, scheme: str, max_tokens: int, data, args: argparse.Namespace, profile_path: Path | None = None
 ) -> tuple[float, float | None, int | None]:
     """(target tokens/s, peak MiB, Triton kernel variants compiled during the timed updates: None for the torch
     schemes or where unknown) of --updates timed training updates after --warmup."""
@@ -158,26 +206,40 @@ def measure(
     batches = make_batches(data, np.arange(len(data)), max_tokens, seed=1, epoch=0)
     cuda = device.type == "cuda"
     tokens, start, variants = 0, 0.0, None
+
+    def update(index: int) -> int:
+        batch = collate(data, batches[index], 0, 2, 3).to(device)
+        with autocast(device, args.precision):
+            loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
+        (loss / batch.global_tgt_tokens).backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return batch.global_tgt_tokens
+
+    order = batch_order(len(batches), args.warmup, args.updates)
     with attention_impl(scheme, args.tiles):
-        for i, index in enumerate(batch_order(len(batches), args.warmup, args.updates)):
+        for i, index in enumerate(order):
             if i == args.warmup:
                 if cuda:
                     torch.cuda.synchronize()
                     torch.cuda.reset_peak_memory_stats()
                 start = time.perf_counter()
                 variants = triton_variants()
-            batch = collate(data, batches[index], 0, 2, 3).to(device)
-            with autocast(device, args.precision):
-                loss, _ = module(batch.src, batch.tgt_in, batch.tgt_out)
-            (loss / batch.global_tgt_tokens).backward()
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
+            done = update(index)
             if i >= args.warmup:
-                tokens += batch.global_tgt_tokens
+                tokens += done
         if cuda:
             torch.cuda.synchronize()
-    seconds = time.perf_counter() - start
-    after = triton_variants()
+        seconds = time.perf_counter() - start
+        after = triton_variants()
+        if profile_path is not None:  # the timed batches again: shapes met before, nothing compiled
+            replay = iter(order[args.warmup:] * (args.profile_updates // max(1, args.updates) + 1))
+            summary = profile_updates(lambda: update(next(replay)), args.profile_updates, cuda, profile_path,
+                                      f"{preset}, {max_tokens:,} tokens, {scheme}")
+            busy = "" if summary["device_busy"] is None else (f", device kernels {summary['device_ms']:.2f} ms "
+                                                              f"({summary['device_busy']:.0%} busy)")
+            print(f"profile of {scheme} at {max_tokens:,} tokens: wall {summary['wall_ms']:.2f} ms per update{busy}"
+                  f" -> {profile_path}", file=sys.stderr, flush=True)
     kernels = IMPLS.get(scheme) == "triton" and None not in (variants, after)
     compiles = after - variants if kernels else None
     peak = torch.cuda.max_memory_allocated() / 2**20 if cuda else None
@@ -206,9 +268,12 @@ def run(args: argparse.Namespace) -> list[dict]:
             rates: dict[str, list[float]] = {s: [] for s in schemes}
             peaks: dict[str, float | None] = {}
             compiles: dict[str, list[int]] = {s: [] for s in schemes}
-            for _ in range(args.repeats):  # alternate, so that drifts of the machine hit every scheme alike
+            for repeat in range(args.repeats):  # alternate, so that drifts of the machine hit every scheme alike
                 for scheme in schemes:
-                    rate, peak, compiled = measure(preset, scheme, max_tokens, data, args)
+                    model_name = preset if not args.tiny else "tiny"
+                    profile_path = (Path(args.profile) / f"{model_name}_{max_tokens}_{scheme}.txt"
+                                    if args.profile and repeat == 0 else None)
+                    rate, peak, compiled = measure(preset, scheme, max_tokens, data, args, profile_path)
                     rates[scheme].append(rate)
                     if compiled is not None:
                         compiles[scheme].append(compiled)

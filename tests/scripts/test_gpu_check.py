@@ -249,3 +249,15 @@ def test_training_benchmark_checks_its_tiles(arguments):
 def test_tile_tuner_checks_its_candidates():
     done = run(sys.executable, "benchmarks/tune_gpu_attention.py", "--candidates", "64,64", "--device", "cpu")
     assert done.returncode == 2 and "four integers" in done.stderr and "Traceback" not in done.stderr
+
+
+def test_training_benchmark_profiles_each_row_once(tmp_path):
+    """--profile on the CPU (no GPU columns): one file per row of the first repeat, with the wall clock per update
+    and the operators by host time."""
+    done = run(sys.executable, "benchmarks/bench_gpu_train.py", "--device", "cpu", "--tiny", "--vocab", "100",
+               "--max-tokens", "120", "--updates", "1", "--warmup", "0", "--repeats", "2", "--precision", "fp32",
+               "--schemes", "absolute", "--profile", str(tmp_path / "prof"), "--profile-updates", "2")
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert [p.name for p in (tmp_path / "prof").iterdir()] == ["tiny_120_absolute.txt"]
+    text = (tmp_path / "prof" / "tiny_120_absolute.txt").read_text()
+    assert "2 profiled updates" in text and "ms per update" in text and "## by self_cpu_time_total" in text
