@@ -97,10 +97,17 @@ def make_batches(
 def collate(
     data: ParallelIdsLike, rows: np.ndarray, pad_id: int, bos_id: int, eos_id: int, rank: int = 0, world: int = 1
 ) -> Batch:
-    """Tensors for this rank's share (rows[rank::world]) of one global batch."""
+    """Tensors for this rank's share (rows[rank::world]) of one global batch.
+
+    A batch of fewer pairs than ranks (the short last batch of an epoch's packing can hold one) leaves some ranks
+    no share: such a rank gets the batch's first pair with an all-padding target, so that it runs the same forward
+    and backward as the others (DDP's gradient all-reduce needs every rank) and adds nothing to the loss."""
     global_tgt = int(sum(int(data.tgt_lengths[i]) + 1 for i in rows))
     global_src = int(sum(int(data.src_lengths[i]) + 1 for i in rows))
     mine = rows[rank::world]
+    empty_share = len(mine) == 0 and len(rows) > 0
+    if empty_share:
+        mine = rows[:1]
     srcs = [data.src(int(i)) for i in mine]
     tgts = [data.tgt(int(i)) for i in mine]
     n = len(mine)
@@ -116,6 +123,8 @@ def collate(
         tgt_in[b, 1 : len(t) + 1] = t64
         tgt_out[b, : len(t)] = t64
         tgt_out[b, len(t)] = eos_id
+    if empty_share:
+        tgt_out.fill_(pad_id)  # no target token: no loss, zero gradients
     return Batch(src, tgt_in, tgt_out, global_tgt, global_src)
 
 

@@ -43,6 +43,14 @@ class Distributed:
         dist.all_reduce(value, op=dist.ReduceOp.MIN)
         return bool(value.item() > 0)
 
+    def all_sum(self, values: list[float], device: torch.device) -> list[float]:
+        """The sums over the ranks of each of ``values`` (in float64), the same on every rank."""
+        if self.world == 1:
+            return list(values)
+        tensor = torch.tensor(values, dtype=torch.float64, device=device)
+        dist.all_reduce(tensor, op=dist.ReduceOp.SUM)
+        return [float(v) for v in tensor.tolist()]
+
 
 def init_distributed(device_kind: str) -> Distributed:
     """Join the process group that torchrun describes in WORLD_SIZE / LOCAL_RANK (NCCL on CUDA, gloo on CPU)."""

@@ -270,8 +270,10 @@ def _train(
                 loss_sum += float(loss.detach())
                 nll_sum += float(nll.detach())
 
-            # a non-finite loss on any rank skips the update on all; max_bad_updates of them in a row stop the run
-            if not dd.all_true(math.isfinite(loss_sum), device):
+            # Each rank summed its own share of the update: the update's loss is the sum over the ranks (a non-finite
+            # loss on any rank is then non-finite on all, so all skip the update; max_bad_updates in a row stop the run)
+            loss_sum, nll_sum = dd.all_sum([loss_sum, nll_sum], device)
+            if not math.isfinite(loss_sum):
                 optimizer.zero_grad(set_to_none=True)
                 bad_updates += 1
                 logger.message(f"update {state.step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")

@@ -77,6 +77,29 @@ def test_collate_adds_bos_eos_and_ranks_split_rows():
     assert r0.src.size(0) + r1.src.size(0) == 5 and r0.global_tgt_tokens == full.global_tgt_tokens
 
 
+def test_a_rank_without_a_share_gets_a_pair_that_adds_no_loss():
+    """One pair, two ranks (an epoch's short last batch): rank 1 runs a forward and backward like rank 0 (DDP needs
+    both) on a target of padding only, which the loss skips; the update's token counts are the batch's."""
+    import torch
+
+    from rpr_mt.config import ModelConfig
+    from rpr_mt.model.transformer import Seq2Seq
+    from rpr_mt.train.loss import TranslationLoss
+
+    data = FakeIds(10)
+    rows = np.array([3])
+    r0 = collate(data, rows, 0, 2, 3, rank=0, world=2)
+    r1 = collate(data, rows, 0, 2, 3, rank=1, world=2)
+    assert r1.src.size(0) == 1 and torch.equal(r1.src, r0.src)
+    assert not r1.tgt_out.ne(0).any() and r1.global_tgt_tokens == r0.global_tgt_tokens
+    model = Seq2Seq(ModelConfig(d_model=16, n_heads=2, encoder_layers=1, decoder_layers=1, ff_dim=32,
+                                max_positions=64), 64, 0, 2, 3)
+    loss, nll = TranslationLoss(model, 0.1)(r1.src.clamp_max(63), r1.tgt_in.clamp_max(63), r1.tgt_out)
+    loss.backward()
+    assert float(loss.detach()) == 0.0 and float(nll.detach()) == 0.0
+    assert all(p.grad is not None and not p.grad.any() for p in model.parameters() if p.requires_grad)
+
+
 def test_epoch_iterator_resumes_at_a_position():
     data = FakeIds()
     kwargs = dict(max_tokens=300, seed=1, epoch=0, pad_id=0, bos_id=2, eos_id=3)

@@ -117,6 +117,8 @@ def test_ddp_two_gloo_processes_equal_one_process(tmp_path, demo_data):
     a, b = final_weights(tmp_path / "single"), final_weights(tmp_path / "ddp")
     for key in a:
         assert torch.allclose(a[key], b[key], atol=1e-5, rtol=1e-4), key
+    # the logged loss is the whole update's (each rank's share summed), not rank 0's share
+    assert losses(tmp_path / "ddp") == pytest.approx(losses(tmp_path / "single"), rel=1e-4)
 
 
 def test_ddp_refuses_another_config_on_every_rank(tmp_path, demo_data):
