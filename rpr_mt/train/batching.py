@@ -177,6 +177,11 @@ class BatchStream:
         )
         self.batches = iter(self.iterator)
 
+    @property
+    def epoch_done(self) -> bool:
+        """Whether every batch of the current epoch has been drawn (the next one starts another epoch)."""
+        return self.iterator.position >= len(self.iterator)
+
     def next(self) -> Batch:
         while True:
             batch = next(self.batches, None)

@@ -220,11 +220,14 @@ def _train(
         t = dataclasses.replace(t, max_steps=state.step + more_steps, max_epochs=None, max_time=None, patience=None)
         cfg = dataclasses.replace(cfg, train=t)
         log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")
-    if found is not None and (finished := _stop_reason(t, state, dd, device)):
+    batches = BatchStream(train_data, train_indices, t, model, dd, state)
+    if found is not None and (finished := _stop_reason(t, state, dd, device, batches.epoch_done)):
         # The command of a finished run, again: validating, saving or rewriting config.yaml would change the run
         # (its patience count, its config's stopping rules, a duplicate dev record) without training it.
-        log(f"{run_dir} is already finished ({_finished_because(finished, t, state)}): nothing to train, nothing "
-            f"changed; --more-steps N trains N more updates")
+        more = ("--set train.max_time=SECONDS (a larger total) trains longer" if t.lr_schedule == "budget"
+                else "--more-steps N trains N more updates")  # the budget schedule refuses --more-steps
+        log(f"{run_dir} is already finished ({_finished_because(finished, t, state, batches.epoch_done)}): nothing "
+            f"to train, nothing changed; {more}")
         seconds = time.monotonic() - start_time
         return TrainResult(run_dir, state.step, state.epoch, finished, state.best_bleu, found[0], n_params, 0,
                            seconds, peak_memory_mb(device), state.elapsed_before, state.run_tokens())
@@ -239,14 +242,13 @@ def _train(
         )
     checkpoints = Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
                               config=config_to_dict(cfg), vocab=vocab_info)
-    batches = BatchStream(train_data, train_indices, t, model, dd, state)
     logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = LogWindow(ThroughputMonitor())
     bad_updates = 0  # non-finite losses in a row
 
     # -- the loop: one update per pass ------------------------------------------------------------------------------
     model.train()
-    stopped_by = _stop_reason(t, state, dd, device)
+    stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
     with StopSignal() as stop_signal:
         while not stopped_by:
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
@@ -284,7 +286,7 @@ def _train(
                         f"{bad_updates} non-finite losses in a row at update {state.step + 1}: stopping; the last "
                         f"good checkpoint is {last} (try a lower learning rate or fp32)"
                     )
-                stopped_by = _stop_reason(t, state, dd, device)
+                stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
                 continue
             bad_updates = 0
 
@@ -308,7 +310,7 @@ def _train(
             paused = time.monotonic()
             if state.step % t.validate_every == 0 and dev_data is not None:
                 validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
-            stopped_by = _stop_reason(t, state, dd, device)
+            stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
             if state.step % t.save_every == 0 and not stopped_by:
                 checkpoints.save(state)
             window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
@@ -355,11 +357,15 @@ def _dry_run(cfg: Config, dd: Distributed) -> TrainResult:
     return TrainResult(Path(t.run_dir), 0, 0, "dry_run", None, None, count_parameters(model))
 
 
-def _stop_reason(t: TrainConfig, state: TrainState, dd: Distributed, device: torch.device) -> str:
-    """The stopping rule that ends the run before another update ("" while none does); the same on every rank."""
+def _stop_reason(
+    t: TrainConfig, state: TrainState, dd: Distributed, device: torch.device, epoch_done: bool = False
+) -> str:
+    """The stopping rule that ends the run before another update ("" while none does); the same on every rank.
+    ``epoch_done``: the current epoch's last batch has been trained (``state.epoch`` counts up only when the next
+    epoch's first batch is drawn, so without it max_epochs would train one update of the next epoch)."""
     if t.max_steps is not None and state.step >= t.max_steps:
         return "max_steps"
-    if t.max_epochs is not None and state.epoch >= t.max_epochs:
+    if t.max_epochs is not None and state.epoch + int(epoch_done) >= t.max_epochs:
         return "max_epochs"
     if t.max_time is not None and dd.all_true(state.elapsed() >= t.max_time, device):
         return "max_time"
@@ -368,12 +374,12 @@ def _stop_reason(t: TrainConfig, state: TrainState, dd: Distributed, device: tor
     return ""
 
 
-def _finished_because(reason: str, t: TrainConfig, state: TrainState) -> str:
+def _finished_because(reason: str, t: TrainConfig, state: TrainState, epoch_done: bool = False) -> str:
     """Why a resumed run has nothing left to train, in words (``reason`` from ``_stop_reason``)."""
     if reason == "max_steps":
         return f"it is at update {state.step}, and train.max_steps is {t.max_steps}"
     if reason == "max_epochs":
-        return f"it has trained {state.epoch} epoch(s), and train.max_epochs is {t.max_epochs}"
+        return f"it has trained {state.epoch + int(epoch_done)} epoch(s), and train.max_epochs is {t.max_epochs}"
     if reason == "max_time":
         return f"it has trained {state.elapsed_before:.0f}s, and train.max_time is {t.max_time:g}s"
     return f"its last {state.bad_validations} validations did not improve, and train.patience is {t.patience}"

@@ -382,3 +382,21 @@ def test_a_run_stopped_after_its_log_reader_left_still_exits_130(tmp_path, demo_
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 130
     assert ckpt.list_step_checkpoints(tmp_path / "run")  # the stop saved one
+
+
+def test_max_epochs_stops_at_the_epochs_last_batch_and_a_rerun_is_finished(tmp_path, demo_data):
+    """max_epochs 1 trains exactly the epoch's batches (before: one update of the second epoch too, whose first
+    batch had to be drawn for the epoch counter to move), and the same command again changes nothing."""
+    from rpr_mt.data.binarize import load_split
+    from rpr_mt.train.batching import make_batches, usable_examples
+
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": None, "max_epochs": 1, "lr_schedule": "inverse_sqrt",
+                                                    "save_every": 1000, "validate_every": 1000, "valid_bleu": False})
+    cfg = config_from_dict(raw)
+    data = load_split(demo_data, "train")
+    epoch = make_batches(data, usable_examples(data, cfg.model.max_positions), cfg.train.max_tokens, cfg.train.seed, 0)
+    result = train(cfg, progress=False)
+    assert result.stopped_by == "max_epochs" and result.step == len(epoch)
+    again = train(cfg, progress=False)
+    assert again.stopped_by == "max_epochs" and again.step == len(epoch)
+    assert len(ckpt.list_step_checkpoints(tmp_path / "run")) == 1
