@@ -33,15 +33,15 @@ def latest_valid_checkpoint(run_dir: str | Path, warn: Callable[[str], None] = p
     return None
 
 
-def prune_checkpoints(run_dir: str | Path, keep_last: int, save_every: int | None = None) -> None:
-    """Keep the newest ``keep_last`` numbered checkpoints. With ``save_every``, first drop every older checkpoint
-    off that grid but the newest: the one an interrupted run saved when it was stopped. Once the resumed run has
-    saved past it, it is superseded, so an interrupted run keeps (and averages) the same checkpoints as an
-    uninterrupted one."""
+def prune_checkpoints(run_dir: str | Path, keep_last: int, superseded: int | None = None) -> None:
+    """Keep the newest ``keep_last`` numbered checkpoints. ``superseded``: the update of the checkpoint an
+    interrupted run saved off its save grid when it was stopped (the one this run resumed from); once the resumed run
+    has saved past it, it is dropped first, so an interrupted run keeps (and averages) the same checkpoints as an
+    uninterrupted one. Only that one: checkpoints on an older grid (train.save_every changed on resume) stay."""
     paths = list_step_checkpoints(run_dir)
-    if save_every is not None:
+    if superseded is not None:
         for path in paths[:-1]:
-            if int(STEP_PATTERN.search(path.name).group(1)) % save_every != 0:
+            if int(STEP_PATTERN.search(path.name).group(1)) == superseded:
                 path.unlink(missing_ok=True)
         paths = list_step_checkpoints(run_dir)
     for path in paths[:-keep_last]:
@@ -63,8 +63,9 @@ class Checkpoints:
 
     def __init__(self, run_dir: Path, t: TrainConfig, dd: Distributed, *, model: nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device,
-                 config: dict[str, Any], vocab: dict[str, Any]) -> None:
+                 config: dict[str, Any], vocab: dict[str, Any], interrupted_at: int | None = None) -> None:
         self.run_dir, self.t, self.dd = run_dir, t, dd
+        self.interrupted_at = interrupted_at  # the off-grid checkpoint this run resumed from, if any
         self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab)
         self.last: Path | None = None
 
@@ -73,7 +74,7 @@ class Checkpoints:
         path = step_checkpoint_path(self.run_dir, state.step)
         if self.dd.is_main:
             save_checkpoint(state.payload(**self.parts), path)
-            prune_checkpoints(self.run_dir, self.t.keep_last, self.t.save_every)
+            prune_checkpoints(self.run_dir, self.t.keep_last, self.interrupted_at)
         self.last = path
         self.dd.barrier()
 

@@ -241,7 +241,7 @@ def _train(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
     checkpoints = Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
-                              config=config_to_dict(cfg), vocab=vocab_info)
+                              config=config_to_dict(cfg), vocab=vocab_info, interrupted_at=_off_grid_step(found))
     logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = LogWindow(ThroughputMonitor())
     bad_updates = 0  # non-finite losses in a row
@@ -355,6 +355,16 @@ def _dry_run(cfg: Config, dd: Distributed) -> TrainResult:
         print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
               f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
     return TrainResult(Path(t.run_dir), 0, 0, "dry_run", None, None, count_parameters(model))
+
+
+def _off_grid_step(found: tuple[Path, dict] | None) -> int | None:
+    """The update of the checkpoint a run resumes from when it lies off the save grid of the invocation that wrote
+    it (saved by a signal, or at the end of a run): superseded once this run saves past it."""
+    if found is None:
+        return None
+    step = found[1].get("step")
+    every = found[1].get("config", {}).get("train", {}).get("save_every")
+    return step if isinstance(step, int) and isinstance(every, int) and every > 0 and step % every else None
 
 
 def _stop_reason(

@@ -86,11 +86,11 @@ def test_prune_drops_superseded_off_grid_checkpoints_and_stale_temporaries(tmp_p
     run = tmp_path / "run"
     for step in (4, 8, 10, 12):  # 10: saved when a signal stopped the run; 12 the first save after resuming
         ckpt.save_checkpoint(payload(), ckpt.step_checkpoint_path(run, step))
-    checkpointing.prune_checkpoints(run, keep_last=5, save_every=4)
+    checkpointing.prune_checkpoints(run, keep_last=5, superseded=10)
     assert [p.name for p in ckpt.list_step_checkpoints(run)] == ["checkpoint_00000004.pt", "checkpoint_00000008.pt",
                                                                   "checkpoint_00000012.pt"]
     ckpt.save_checkpoint(payload(), ckpt.step_checkpoint_path(run, 14))  # the end, off the grid: kept
-    checkpointing.prune_checkpoints(run, keep_last=5, save_every=4)
+    checkpointing.prune_checkpoints(run, keep_last=5, superseded=10)
     assert ckpt.list_step_checkpoints(run)[-1].name == "checkpoint_00000014.pt"
     stale = ckpt.checkpoint_dir(run) / ".checkpoint_00000016.pt.abc123.tmp"
     stale.write_bytes(b"half a checkpoint")

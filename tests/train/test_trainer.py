@@ -400,3 +400,14 @@ def test_max_epochs_stops_at_the_epochs_last_batch_and_a_rerun_is_finished(tmp_p
     again = train(cfg, progress=False)
     assert again.stopped_by == "max_epochs" and again.step == len(epoch)
     assert len(ckpt.list_step_checkpoints(tmp_path / "run")) == 1
+
+
+def test_changing_save_every_on_resume_keeps_the_checkpoints_of_the_old_grid(tmp_path, demo_data):
+    """save_every may change on resume (RESUMABLE_TRAIN_KEYS); the checkpoints saved on the old grid are regular
+    ones, not an interrupted run's, and stay (before: 5 and 15 were deleted as off the new grid of 10)."""
+    sections = dict(save_every=5, keep_last=10, validate_every=1000, valid_bleu=False)
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={**sections, "max_steps": 20})), progress=False)
+    resumed = tiny(demo_data, tmp_path / "run", train={**sections, "max_steps": 30, "save_every": 10})
+    assert train(config_from_dict(resumed), progress=False).step == 30
+    steps = [int(p.stem.split("_")[1]) for p in ckpt.list_step_checkpoints(tmp_path / "run")]
+    assert steps == [5, 10, 15, 20, 30]
