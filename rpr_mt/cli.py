@@ -164,7 +164,11 @@ def train(
         result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
                               more_steps=more_steps)
         if result.stopped_by == "signal":
-            typer.echo(f"interrupted: saved {result.last_checkpoint}; run the same command again to resume", err=True)
+            # --more-steps counts from the latest checkpoint: the same command again would move the target
+            how = ("run the same command again to resume" if more_steps is None else
+                   f"to go on to update {result.max_steps}, run it again with --set train.max_steps={result.max_steps} "
+                   "instead of --more-steps")
+            typer.echo(f"interrupted: saved {result.last_checkpoint}; {how}", err=True)
             raise typer.Exit(130)
 
 

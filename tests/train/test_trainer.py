@@ -411,3 +411,27 @@ def test_changing_save_every_on_resume_keeps_the_checkpoints_of_the_old_grid(tmp
     assert train(config_from_dict(resumed), progress=False).step == 30
     steps = [int(p.stem.split("_")[1]) for p in ckpt.list_step_checkpoints(tmp_path / "run")]
     assert steps == [5, 10, 15, 20, 30]
+
+
+def test_an_interrupted_more_steps_run_says_how_to_reach_its_target(tmp_path, demo_data):
+    """'Run the same command again' would count --more-steps from the new checkpoint and move the target; the
+    message names the target instead."""
+    import signal
+
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 4, "log_every": 1, "save_every": 100000,
+                                                    "validate_every": 100000, "valid_bleu": False})
+    config_path = tmp_path / "c.yaml"
+    save_config(config_from_dict(raw), config_path)
+    command = [sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path), "--no-progress"]
+    env = {**os.environ, "OMP_NUM_THREADS": "1"}
+    assert subprocess.run(command, cwd=REPO, env=env, capture_output=True, timeout=300).returncode == 0
+    proc = subprocess.Popen(command + ["--more-steps", "100000"], cwd=REPO, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.PIPE, text=True)
+    while True:  # until the run has trained past its checkpoint (or ended: EOF)
+        line = proc.stderr.readline()
+        if not line or line.startswith("update 6 "):
+            break
+    proc.send_signal(signal.SIGTERM)
+    rest = proc.stderr.read()
+    assert proc.wait(timeout=300) == 130
+    assert "run it again with --set train.max_steps=100004 instead of --more-steps" in rest
