@@ -76,14 +76,21 @@ class TrainResult:
     max_steps: int | None = None  # the update it trains to (with --more-steps: the latest checkpoint's + N)
 
 
-def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progress: bool) -> Path:
-    """Prepared data directory; prepares it first (rank 0) when it is missing or stale."""
+def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progress: bool, device: torch.device) -> Path:
+    """Prepared data directory; prepares it first (rank 0) when it is missing or stale. Rank 0's failure to prepare
+    stops every rank with a one-line error (the others would wait for it at a barrier until its exit broke the
+    process group, with a traceback burying rank 0's message)."""
     reason = check_prepared(cfg.data)
     if reason is not None:
+        failure: UserError | None = None
         if dd.is_main:
             log(f"data in {cfg.data.output_dir} needs preparing ({reason}); running `rpr-mt prepare` first")
-            prepare(cfg.data, progress=progress)
-        dd.barrier()
+            try:
+                prepare(cfg.data, progress=progress)
+            except UserError as exc:
+                failure = exc
+        if not dd.all_true(failure is None, device):
+            raise failure or UserError(f"rank 0 could not prepare the data in {cfg.data.output_dir} (it says why)")
         reason = check_prepared(cfg.data)
         if reason is not None:
             raise UserError(f"data in {cfg.data.output_dir} is still not usable ({reason}); run `rpr-mt prepare`")
@@ -176,7 +183,7 @@ def _train(
     dd.barrier()
 
     # -- data, model, optimizer -------------------------------------------------------------------------------------
-    data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress)
+    data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress, device)
     vocab = Vocab.load(data_dir / "spm.model")
     train_data = load_split(data_dir, "train")
     dev_data = load_split(data_dir, "dev") if ids_file(data_dir, "dev", "src").is_file() else None
