@@ -326,12 +326,10 @@ def test_the_log_names_the_length_limit_that_binds(tmp_path, demo_data, capsys, 
     assert dropped > 0 and f"({dropped:,} skipped: empty or a side over {cap})" in capsys.readouterr().err
 
 
-def test_a_log_reader_that_goes_away_does_not_end_the_run(tmp_path, demo_data):
-    """`rpr-mt train ... 2>&1 | head -3`: the pipe's reader leaves after three lines. The run goes on to max_steps
-    and saves its checkpoints (before, the next log line raised BrokenPipeError and the run ended with exit 0 and
-    nothing saved)."""
-    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 40, "log_every": 1, "save_every": 20,
-                                                    "validate_every": 1000, "valid_bleu": False})
+def train_whose_log_reader_leaves(tmp_path: Path, demo_data: Path, **train_section) -> subprocess.Popen:
+    """`rpr-mt train ... 2>&1 | head -3`: a training whose stderr reader leaves after three lines."""
+    raw = tiny(demo_data, tmp_path / "run", train={"log_every": 1, "validate_every": 100000, "valid_bleu": False,
+                                                    **train_section})
     config_path = tmp_path / "c.yaml"
     save_config(config_from_dict(raw), config_path)
     proc = subprocess.Popen([sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path),
@@ -340,6 +338,13 @@ def test_a_log_reader_that_goes_away_does_not_end_the_run(tmp_path, demo_data):
     for _ in range(3):
         proc.stderr.readline()
     proc.stderr.close()
+    return proc
+
+
+def test_a_log_reader_that_goes_away_does_not_end_the_run(tmp_path, demo_data):
+    """The run goes on to max_steps and saves its checkpoints (before, the next log line raised BrokenPipeError and
+    the run ended with exit 0 and nothing saved)."""
+    proc = train_whose_log_reader_leaves(tmp_path, demo_data, max_steps=40, save_every=20)
     assert proc.wait(timeout=300) == 0
     names = [p.name for p in ckpt.list_step_checkpoints(tmp_path / "run")]
     assert names == ["checkpoint_00000020.pt", "checkpoint_00000040.pt"]
@@ -368,16 +373,7 @@ def test_a_run_stopped_after_its_log_reader_left_still_exits_130(tmp_path, demo_
     import signal
     import time
 
-    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 100000, "log_every": 1, "save_every": 100000,
-                                                    "validate_every": 100000, "valid_bleu": False})
-    config_path = tmp_path / "c.yaml"
-    save_config(config_from_dict(raw), config_path)
-    proc = subprocess.Popen([sys.executable, "-m", "rpr_mt.cli", "train", "--config", str(config_path),
-                             "--no-progress"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
-                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
-    for _ in range(3):
-        proc.stderr.readline()
-    proc.stderr.close()
+    proc = train_whose_log_reader_leaves(tmp_path, demo_data, max_steps=100000, save_every=100000)
     time.sleep(1.0)
     proc.send_signal(signal.SIGTERM)
     assert proc.wait(timeout=300) == 130
