@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rpr_mt.checkpoints import (
-    STEP_PATTERN, average_checkpoints, checkpoint_dir, list_step_checkpoints, load_checkpoint, save_checkpoint,
+    average_checkpoints, checkpoint_dir, list_step_checkpoints, load_checkpoint, save_checkpoint,
     step_checkpoint_path,
 )
 from rpr_mt.config import TrainConfig
@@ -39,10 +39,8 @@ def prune_checkpoints(run_dir: str | Path, keep_last: int, superseded: int | Non
     has saved past it, it is dropped first, so an interrupted run keeps (and averages) the same checkpoints as an
     uninterrupted one. Only that one: checkpoints on an older grid (train.save_every changed on resume) stay."""
     paths = list_step_checkpoints(run_dir)
-    if superseded is not None:
-        for path in paths[:-1]:
-            if int(STEP_PATTERN.search(path.name).group(1)) == superseded:
-                path.unlink(missing_ok=True)
+    if superseded is not None and paths and paths[-1] != step_checkpoint_path(run_dir, superseded):
+        step_checkpoint_path(run_dir, superseded).unlink(missing_ok=True)
         paths = list_step_checkpoints(run_dir)
     for path in paths[:-keep_last]:
         path.unlink(missing_ok=True)

@@ -138,12 +138,13 @@ def _train(
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
     check_run_dir(run_dir)
-    if more_steps is not None and not ckpt.list_step_checkpoints(run_dir):
+    has_checkpoints = bool(ckpt.list_step_checkpoints(run_dir))  # until --overwrite below removes them
+    if more_steps is not None and not has_checkpoints:
         raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
     if more_steps is not None and t.lr_schedule == "budget":
         raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
                         "time-budget run with --set train.max_time=SECONDS (its new total) instead")
-    if t.init_from is not None and not ckpt.list_step_checkpoints(run_dir):  # a resumed run no longer reads it
+    if t.init_from is not None and not has_checkpoints:  # a resumed run no longer reads it
         try:
             ckpt.resolve_checkpoint(t.init_from, "best")
         except UserError as exc:
@@ -159,11 +160,11 @@ def _train(
         for stale in remove_stale_temporaries(run_dir):
             log(f"removed {stale.name}, left by a checkpoint write that was interrupted")
     refusal = ""
-    has_run = config_path.is_file() or bool(ckpt.list_step_checkpoints(run_dir))
+    has_run = config_path.is_file() or has_checkpoints
     # Data whose inputs changed since the run's checkpoints were trained on it: preparing it again (below) would
     # replace the vocabulary they need before the resume could refuse it. (Damaged files of unchanged inputs are
     # prepared again: the same inputs give the same vocabulary.)
-    changed = changed_since_prepared(cfg.data) if dd.is_main and ckpt.list_step_checkpoints(run_dir) else None
+    changed = changed_since_prepared(cfg.data) if dd.is_main and has_checkpoints else None
     if dd.is_main and has_run:
         old = saved_config(config_path, run_dir, log)
         diffs = config_differences(old, config_to_dict(cfg))
