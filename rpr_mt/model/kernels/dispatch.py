@@ -30,8 +30,10 @@ Implementations (``impl``):
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
+from collections.abc import Iterator
 
 import torch
 import torch.nn.functional as F
@@ -328,5 +330,25 @@ def _sdpa(
     attn_mask = mask
     if bias is not None:
         attn_mask = bias if mask is None else bias + mask_bias(mask, bias.dtype)
-    out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
+    with _without_cudnn_attention():
+        out = F.scaled_dot_product_attention(q, k, v, attn_mask=attn_mask, dropout_p=dropout_p)
     return out if dead is None else out.masked_fill(dead, 0)
+
+
+@contextlib.contextmanager
+def _without_cudnn_attention() -> Iterator[None]:
+    """SDPA without its cuDNN backend (flash, memory-efficient and math stay), the previous setting restored after.
+
+    Torch 2.11 tries cuDNN attention first on Hopper and newer GPUs, and cuDNN builds an execution plan for every new
+    shape: on one H100 the demo's first epoch (a new (batch, length) shape nearly every update) ran at 6,400-12,400
+    target tokens/s with absolute positions and at 67,000 in its second epoch, when the shapes came again
+    (docs/benchmarks.md, "The fourth GPU session"). A translation trainer and a beam search meet hundreds of shapes;
+    flash and memory-efficient attention have no per-shape cost. Two flag calls, not ``sdpa_kernel`` (16 us a call)."""
+    enabled = torch.backends.cuda.cudnn_sdp_enabled()
+    if enabled:
+        torch.backends.cuda.enable_cudnn_sdp(False)
+    try:
+        yield
+    finally:
+        if enabled:
+            torch.backends.cuda.enable_cudnn_sdp(True)
