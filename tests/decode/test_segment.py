@@ -78,11 +78,44 @@ def test_join() -> None:
     assert join_sentences(["d pue   "], "de") == "d pue   "  # a one-sentence line's output, untouched
 
 
-@pytest.mark.parametrize("lang", ["en", "de", "fr"])
-def test_every_multi30k_test_line_is_one_sentence(multi30k_dir, lang: str) -> None:
-    """Splitting must not change a one-sentence line's translation: each caption comes back whole, as itself."""
-    with gzip.open(multi30k_dir / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8") as f:
+# Moses-tokenized text (Multi30k's tok/ files): tokenizer.perl writes " as &quot;, ' as &apos;, & as &amp;. An escape
+# is read as the character it stands for; the sentences come back as written, escapes included.
+@pytest.mark.parametrize("lang, line", [
+    ("en", "a kid crosscountry skis wearing the number &quot; 93 . &quot;"),  # tok/test_2016_flickr.en line 383
+    ("en", "a man in a red shirt walks past a turquoise and white checkered food establishment called "
+           "&quot; 32 de neude . &quot;"),  # line 694
+    ("en", "a man in a blue shirt is holding a sign that says &quot; come on now ... what &apos;s gayer than tea . "
+           "&quot;"),  # tok/val.en line 656
+    ("fr", "un homme passe devant un grand panneau où est écrit &quot; e.s.e. electronics &quot; ."),  # test fr 361
+    ("en", "he shouts &apos; stop . &apos;"),  # a single quote
+    ("en", "he shouts &#39; stop . &#39;"),  # the numeric escapes
+    ("en", "a sign that says &#34; open . &#34;"),
+    ("el", "Ο Γιάννης &amp; η Μαρία."),  # the ; of an escape is no Greek question mark
+])
+def test_escaped_quotes_stay_with_their_sentence(lang: str, line: str) -> None:
+    assert split_sentences(line, lang) == [line]
+
+
+def test_tokenized_text_is_still_split_and_given_back_as_written() -> None:
+    assert split_sentences("a sign . &quot; yes &quot; . the dog &apos;s ball .", "en") == \
+        ["a sign .", "&quot; yes &quot; .", "the dog &apos;s ball ."]
+    assert split_sentences("  l&apos; homme est là .  l&apos; autre aussi .  ", "fr") == \
+        ["l&apos; homme est là .", "l&apos; autre aussi ."]
+    assert split_sentences("One. &amp; Two &lt; three &#124; four &#91; five &#93;.", "en") == \
+        ["One.", "&amp; Two &lt; three &#124; four &#91; five &#93;."]
+    assert split_sentences("&quot;", "en") == ["&quot;"]
+    assert split_sentences("a &amp;quot; sign . a dog .", "en") == ["a &amp;quot; sign .", "a dog ."]  # read once
+
+
+@pytest.mark.parametrize("name", [f"{tok}{split}.{lang}.gz" for tok in ("", "tok/")
+                                  for split in ("val", "test_2016_flickr") for lang in ("en", "de", "fr")])
+def test_every_multi30k_dev_and_test_line_is_one_sentence(multi30k_dir, name: str) -> None:
+    """Splitting must not change a one-sentence line's translation: each caption of the dev and test sets, raw and
+    tokenized (tok/, with its &quot; and &apos;), comes back whole, as itself."""
+    lang = name.split(".")[-2]
+    with gzip.open(multi30k_dir / name, "rt", encoding="utf-8") as f:
         lines = f.read().splitlines()
-    assert len(lines) == 1000
-    changed = [line for line in lines if split_sentences(line, lang) != [line.strip()]]
+    assert len(lines) == (1014 if "val" in name else 1000)
+    changed = [(number, split_sentences(line, lang)) for number, line in enumerate(lines, 1)
+               if split_sentences(line, lang) != [line.strip()]]
     assert changed == []
