@@ -22,6 +22,7 @@ these weights were validated, their dev scores (``dev``).
 from __future__ import annotations
 
 import hashlib
+import json
 import os
 import pickle
 import re
@@ -190,18 +191,40 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     raise UserError(f"no {name} in {directory}" + (" (run `rpr-mt average-checkpoints` first)" if which == "average" else ""))
 
 
-def prepared_data_of(output_dir: str | Path, checkpoint: str | Path) -> Path:
+def prepared_data_of(output_dir: str | Path, checkpoint: str | Path, vocab_sha256: str | None = None) -> Path:
     """The prepared data a checkpoint's run used. ``data.output_dir`` is saved as the run gave it, often relative
-    to the directory it was started from (``data/multi30k_...``): where that path holds no prepared data from here,
-    the nearest directory above the checkpoint under which it does is taken (a run directory inside the project
-    that prepared its data), so that commands work from any directory. Else the path as saved."""
+    to the directory it was started from (``data/multi30k_...``). Candidates, in this order: the path itself when
+    absolute; else the path below each directory above the checkpoint (the project that trained it, whatever the
+    working directory), then the path from the working directory. The first candidate holding prepared data
+    (``manifest.json``) is taken; with ``vocab_sha256`` (the checkpoint's vocabulary) only one prepared with that
+    SentencePiece model, and candidates with another are a UserError naming them: scoring a model on another
+    preparation's text would be silently wrong. With no candidate, the path as saved (for the caller's error)."""
     output_dir = Path(output_dir)
-    if output_dir.is_absolute() or (output_dir / "manifest.json").is_file():  # rpr_mt.data.prepare.MANIFEST
-        return output_dir
-    for ancestor in Path(os.path.abspath(checkpoint)).parents:
-        if (ancestor / output_dir / "manifest.json").is_file():
-            return ancestor / output_dir
+    if output_dir.is_absolute():
+        candidates = [output_dir]
+    else:
+        candidates = [ancestor / output_dir for ancestor in Path(os.path.abspath(checkpoint)).parents] + [output_dir]
+    prepared = [c for c in candidates if (c / "manifest.json").is_file()]  # rpr_mt.data.prepare.MANIFEST
+    if vocab_sha256 is None:
+        return prepared[0] if prepared else output_dir
+    for candidate in prepared:
+        if _manifest_vocab_sha256(candidate) == vocab_sha256:
+            return candidate
+    if prepared:
+        names = ", ".join(str(c) for c in dict.fromkeys(Path(os.path.abspath(c)) for c in prepared))
+        raise UserError(f"the prepared data of {checkpoint} ({names}) has another SentencePiece vocabulary than the "
+                        "model: it is not the data the model was trained on; prepare that data again from the run's "
+                        "config, or pass --hyp/--ref")
     return output_dir
+
+
+def _manifest_vocab_sha256(data_dir: Path) -> str | None:
+    """The sha256 of the SentencePiece model a prepared data directory's manifest records (None if unreadable)."""
+    try:
+        manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
+        return manifest["sentencepiece"]["model_sha256"]
+    except (OSError, ValueError, KeyError, TypeError):
+        return None
 
 
 def describe_checkpoint(payload: dict[str, Any]) -> str:
@@ -209,9 +232,10 @@ def describe_checkpoint(payload: dict[str, Any]) -> str:
     ``update 1200, dev BLEU 99.80 (200 sentences, beam 1), dev nll 1.084``."""
     averaged = payload.get("averaged_steps")
     if averaged:
-        return f"average of {len(averaged)} checkpoints, updates {averaged[0]}..{averaged[-1]}; no dev score recorded"
+        updates = f"update {averaged[0]}" if len(averaged) == 1 else f"updates {averaged[0]}..{averaged[-1]}"
+        return f"average of {_checkpoints(len(averaged))}, {updates}; no dev score recorded"
     if payload.get("averaged_from"):  # averaged before the steps were recorded
-        return f"average of {len(payload['averaged_from'])} checkpoints; no dev score recorded"
+        return f"average of {_checkpoints(len(payload['averaged_from']))}; no dev score recorded"
     step = payload.get("step")
     text = f"update {step}" if step is not None else "update unknown"
     dev = payload.get("dev")
@@ -224,37 +248,117 @@ def describe_checkpoint(payload: dict[str, Any]) -> str:
     return text + f", dev nll {dev['nll']:.3f}"
 
 
+def _checkpoints(count: int) -> str:
+    return f"{count} checkpoint{'' if count == 1 else 's'}"
+
+
+def _mapped(path: Path) -> Any:
+    """The payload of ``path`` with its tensors mapped, not read (cheap for a large checkpoint); None where torch
+    cannot map the file (a legacy pickle, a damaged or foreign file: ``load_checkpoint`` says which)."""
+    try:
+        with warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            return torch.load(path, map_location="cpu", mmap=True, weights_only=True)
+    except Exception:
+        return None
+
+
+def is_checkpoint_file(path: str | Path) -> bool:
+    """Whether ``path`` holds an rpr-mt checkpoint: the only kind of file ``average-checkpoints --force`` replaces."""
+    payload = _mapped(Path(path))
+    if payload is None:
+        try:
+            payload = load_checkpoint(path)
+        except UserError:
+            return False
+    return isinstance(payload, dict) and payload.get("format") == FORMAT
+
+
+def _stored_step(path: Path) -> int | None:
+    """The update number checkpoint ``path`` holds, read without reading its weights where torch can map the file."""
+    payload = _mapped(path)
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        payload = load_checkpoint(path)  # a UserError naming what is wrong with the file
+    step = payload.get("step")
+    return step if isinstance(step, int) else None
+
+
+def _different_model(payload: dict[str, Any], reference: dict[str, Any]) -> bool:
+    return (payload["vocab"]["fingerprint"] != reference["vocab"]["fingerprint"]
+            or payload["config"]["model"] != reference["config"]["model"])
+
+
+def _refuse_repeats(paths: list[Path]) -> list[int | None]:
+    """The update number of each of ``paths``, after refusing a checkpoint that would weigh twice in the mean: one
+    file listed twice (under any spelling), or two files of the same update (a copy such as checkpoint_best.pt beside
+    its numbered checkpoint; with other weights, an average or another training's checkpoint)."""
+    seen: dict[Path, Path] = {}
+    for path in paths:
+        earlier = seen.setdefault(path.resolve(), path)
+        if earlier is not path:
+            also = f" (also as {earlier})" if str(earlier) != str(path) else ""
+            raise UserError(f"{path} is listed twice{also}: list each checkpoint once")
+    steps = [_stored_step(path) for path in paths]
+    by_step: dict[int, Path] = {}
+    for path, step in zip(paths, steps):
+        if step is None:
+            continue
+        earlier = by_step.setdefault(step, path)
+        if earlier is path:
+            continue
+        first, second = load_checkpoint(earlier), load_checkpoint(path)
+        if _different_model(second, first):  # the error for mismatched models, as below
+            raise UserError(f"{path} has a different model config or vocabulary than {earlier}; cannot average")
+        a, b = first["model"], second["model"]
+        if a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a):
+            raise UserError(f"{earlier} and {path} are the same checkpoint (update {step}, identical weights): list "
+                            "each checkpoint once")
+        raise UserError(f"{earlier} and {path} both hold update {step} but different weights (an average, or "
+                        "checkpoints of two trainings): average one training's checkpoints, each update once")
+    return steps
+
+
 def average_checkpoints(paths: list[Path], report: Callable[[str], None] | None = None) -> dict[str, Any]:
     """Mean of the model parameters of ``paths`` (Vaswani et al. 2017 / Shaw et al. 2018 average the last 20).
 
-    The result carries the config and vocabulary of the newest checkpoint and no optimizer state; all inputs must
-    share the same config and vocabulary. Floating-point sums run in float64 to avoid accumulation error.
-    ``report`` receives one line per loaded checkpoint.
+    The inputs are taken in the order of their update numbers, whatever the order listed (the same sums, so the same
+    file), and each at most once (``_refuse_repeats``). The result carries the config, vocabulary and update of the
+    newest checkpoint and no optimizer state; all inputs must share the same model config and vocabulary.
+    Floating-point sums run in float64 to avoid accumulation error. No dev score: those of the inputs belong to other
+    weights. But translate's short-output warning needs a dev length statistic, and the newest validated input's
+    (``dev_lengths``: its ``length_ratio_p01`` and update) stands in for the average's: it changes little between
+    checkpoints late in a run. ``report`` receives one line per loaded checkpoint.
     """
     if not paths:
         raise UserError("no checkpoints to average")
+    paths = [Path(path) for path in paths]
+    steps = _refuse_repeats(paths)
+    if None not in steps:  # else (steps not recorded) as listed, the last one taken for the newest
+        paths = [path for _, path in sorted(zip(steps, paths), key=lambda pair: pair[0])]
+        steps = sorted(steps)
     newest = load_checkpoint(paths[-1])
     sums: dict[str, torch.Tensor] = {}
-    steps = []
-    for path in paths:
-        payload = newest if path == paths[-1] else load_checkpoint(path)
-        steps.append(payload.get("step"))
+    lengths = None
+    for index, path in enumerate(paths):
+        payload = newest if index == len(paths) - 1 else load_checkpoint(path)
         if report is not None:
             report(f"loaded {path} ({describe_checkpoint(payload)})")
-        if payload["vocab"]["fingerprint"] != newest["vocab"]["fingerprint"] or payload["config"]["model"] != newest[
-            "config"
-        ]["model"]:
+        if _different_model(payload, newest):
             raise UserError(f"{path} has a different model config or vocabulary than {paths[-1]}; cannot average")
+        validated = payload.get("dev") or payload.get("dev_lengths") or {}
+        if validated.get("length_ratio_p01") is not None:  # the newest one wins: inputs run oldest first
+            lengths = {"step": validated.get("step", payload.get("step")),
+                       "length_ratio_p01": validated["length_ratio_p01"]}
         for key, tensor in payload["model"].items():
             if tensor.is_floating_point():
                 sums[key] = sums[key] + tensor.double() if key in sums else tensor.double()
-            else:  # integer buffers (none today) are taken from the newest checkpoint
-                sums.setdefault(key, tensor)
+            else:  # integer buffers (none today) are taken from the newest checkpoint, which comes last
+                sums[key] = tensor
     reference = newest["model"]
     averaged = {
         k: (v / len(paths)).to(reference[k].dtype) if reference[k].is_floating_point() else v for k, v in sums.items()
     }
-    return {
+    result = {
         "format": FORMAT,
         "step": newest.get("step"),
         "config": newest["config"],
@@ -263,6 +367,9 @@ def average_checkpoints(paths: list[Path], report: Callable[[str], None] | None 
         "averaged_from": [str(p) for p in paths],
         "averaged_steps": steps if None not in steps else None,
     }
+    if lengths is not None:
+        result["dev_lengths"] = lengths
+    return result
 
 
 def vocab_payload(spm_model_path: str | Path) -> dict[str, Any]:
@@ -286,9 +393,12 @@ def vocab_from_payload(vocab: dict[str, Any], source: str | Path) -> Vocab:
         raise UserError(f"checkpoint {source}: its vocabulary holds no SentencePiece model bytes")
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / "spm.model"
-        path.write_bytes(data.numpy().tobytes())
+        model_bytes = data.numpy().tobytes()
+        path.write_bytes(model_bytes)
         try:
-            return Vocab.load(path)
+            vocab = Vocab.load(path)
+            vocab._fingerprint = hashlib.sha256(model_bytes).hexdigest()  # the file is gone after this block
+            return vocab
         except UserError as exc:
             reason = str(exc).removeprefix(f"{path}: ").replace(f" from {path}", "").replace(str(path), "spm.model")
             raise UserError(f"checkpoint {source}: its vocabulary is broken ({reason})") from None
@@ -340,6 +450,7 @@ def load_for_inference(
         report(f"loaded {resolved} ({describe_checkpoint(payload)})")
     config = config_from_dict(payload["config"], origin=str(resolved))
     model, vocab = model_from_payload(payload, config, resolved)
-    # The dev set's 1st-percentile output/source length ratio, if recorded: translate_lines warns below it.
-    model.dev_length_ratio_floor = (payload.get("dev") or {}).get("length_ratio_p01")
+    # The dev set's 1st-percentile output/source length ratio, if recorded (an average: its newest validated
+    # input's): translate_lines warns below it.
+    model.dev_length_ratio_floor = (payload.get("dev") or payload.get("dev_lengths") or {}).get("length_ratio_p01")
     return model.to(device), config, vocab, resolved

@@ -10,6 +10,7 @@ import functools
 import logging
 import math
 import os
+import re
 import sys
 from pathlib import Path
 from typing import Callable, List, Optional, TypeVar
@@ -186,10 +187,14 @@ def translate(
     min_length: Optional[int] = typer.Option(
         None, "--min-length", help="No eos before this many output tokens (default from config: 1; 0 allows an "
         "empty translation)."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu or cuda."),
+    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
     no_split: bool = typer.Option(
         False, "--no-split", help="Translate each line whole instead of sentence by sentence (decode.split_sentences)."),
+    no_tokenize: bool = typer.Option(
+        False, "--no-tokenize",
+        help="Give a model trained on Multi30k's tokenized text (data.multi30k_text: tok) the lines as they are; "
+        "without it, lines that look raw are lowercased, normalized and tokenized as that text was."),
 ) -> None:
     """Translate text with a trained model."""
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -197,6 +202,7 @@ def translate(
     _check_input(input, "--input")
     _check_output(output, "--output", inputs=[input, checkpoint])
     _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length)
+    _device(device)
     from rpr_mt.checkpoints import resolve_checkpoint
 
     resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
@@ -207,6 +213,16 @@ def translate(
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
+    from rpr_mt.config import is_pretokenized
+
+    if is_pretokenized(cfg.data) and not no_tokenize:
+        from rpr_mt.decode.pretokenize import tokenize_untokenized
+
+        lines, changed = tokenize_untokenized(lines, cfg.data.src_lang)
+        if changed:
+            _stderr(f"note: {changed} of {len(lines)} input lines looked like raw text; this model was trained on "
+                    "Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
+                    "as that text was, and its translations are in that form (--no-tokenize: lines as given)")
     outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device),
                               progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
     _write_lines(output, outputs)
@@ -235,7 +251,7 @@ def eval_bleu(
         help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
         "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu or cuda."),
+    device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
     no_split: bool = typer.Option(
         False, "--no-split", help="With --checkpoint: translate each line whole, not sentence by sentence."),
@@ -259,12 +275,16 @@ def eval_bleu(
             raise UserError("give either --hyp/--ref or --checkpoint, not both")
         if save_hyp is not None:
             _check_output(str(save_hyp), "--save-hyp")
+        _check_decode_options(beam_size, length_penalty, None, None, min_length)  # before the model loads
+        _device(device)
+        from rpr_mt.checkpoints import prepared_data_of, resolve_checkpoint
+
+        resolve_checkpoint(checkpoint, which)
         _warn_unused_which(checkpoint, which)
         model, cfg, vocab, _ = _load_model(checkpoint, which, device)
         pretokenized = is_pretokenized(cfg.data)
-        from rpr_mt.checkpoints import prepared_data_of
-
-        data_dir = prepared_data_of(cfg.data.output_dir, checkpoint)  # from any directory, not only the run's own
+        # from any directory, and only data prepared with the model's own vocabulary
+        data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab.fingerprint)
         src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
         if not src_path.is_file():
             prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
@@ -278,6 +298,7 @@ def eval_bleu(
             _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, no_split)
+        _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
         hypotheses = list(
             translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
                             progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
@@ -288,6 +309,14 @@ def eval_bleu(
     else:
         if hyp is None or ref is None:
             raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
+        # options that only change how a checkpoint translates: given with --hyp/--ref they would do nothing
+        unused = [name for name, value, default in (
+            ("--split", split, "test"), ("--which", which, "best"), ("--beam-size", beam_size, None),
+            ("--length-penalty", length_penalty, None), ("--min-length", min_length, None),
+            ("--device", device, "auto")) if value != default]
+        if unused:
+            raise UserError(f"{unused[0]} goes with --checkpoint (it changes what that model translates or how); "
+                            "--hyp is scored as it is")
         if save_hyp is not None:  # nothing is translated, so nothing would be saved
             raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
         if no_split:  # nothing is translated, so nothing would be split
@@ -310,6 +339,7 @@ def average_checkpoints_command(
     inputs: List[Path] = typer.Argument(..., help="A run directory, or checkpoint files to average."),
     last: int = typer.Option(20, "--last", help="With a run directory: average its last N numbered checkpoints."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/checkpoint_avg.pt."),
+    force: bool = typer.Option(False, "--force", help="Replace an existing --output checkpoint (no other file)."),
 ) -> None:
     """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""
     from rpr_mt import checkpoints as ckpt
@@ -343,8 +373,16 @@ def average_checkpoints_command(
         raise UserError(f"--output {output}: checkpoint_best.pt is reserved for the training's best checkpoint; "
                         "choose another name, e.g. checkpoint_avg.pt")
     _check_output(str(output), "--output", inputs=paths, text=False)
-    ckpt.save_checkpoint(ckpt.average_checkpoints(paths, report=_stderr), output)
-    typer.echo(f"averaged {len(paths)} checkpoints ({paths[0].name} .. {paths[-1].name}) into {output}", err=True)
+    if output.exists() or output.is_symlink():  # in a finished run, checkpoint_avg.pt is the one result.json scored
+        if not force:
+            raise UserError(f"--output {output} already exists; pass --force to replace it")
+        if not ckpt.is_checkpoint_file(output):
+            raise UserError(f"--output {output} exists and is not an rpr-mt checkpoint; refusing to replace it")
+    averaged = ckpt.average_checkpoints(paths, report=_stderr)
+    ckpt.save_checkpoint(averaged, output)
+    names = [Path(path).name for path in averaged["averaged_from"]]  # by update, as averaged
+    span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+    typer.echo(f"averaged {len(names)} checkpoint{'' if len(names) == 1 else 's'} ({span}) into {output}", err=True)
 
 
 @app.command(cls=_Command)
@@ -393,10 +431,16 @@ def _device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    if name == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
-    if name not in ("cpu", "cuda"):
-        raise UserError(f"--device must be auto, cpu or cuda (got {name!r})")
+    index = re.fullmatch(r"cuda(?::(\d+))?", name)
+    if index is not None:  # cuda, or cuda:N as torch and fairseq users write it
+        if not torch.cuda.is_available():
+            raise UserError(f"--device {name}: no CUDA device is available")
+        if index.group(1) is not None and int(index.group(1)) >= torch.cuda.device_count():
+            raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
+                            f"numbered from 0")
+        return torch.device(name)
+    if name != "cpu":
+        raise UserError(f"--device must be auto, cpu, cuda or cuda:N (got {name!r})")
     return torch.device(name)
 
 
@@ -419,6 +463,8 @@ def _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_leng
     without it (--nbest against the beam size of the model's config waits for ``_decode_config``)."""
     from rpr_mt.config import DecodeConfig
 
+    if nbest is not None and nbest < 1:  # the upper bound is the model's beam size, known once its config is read
+        raise UserError(f"--nbest must be >= 1 (got {nbest})")
     defaults = DecodeConfig()
     _decode_config(Config(decode=DecodeConfig(beam_size=max(defaults.beam_size, nbest or 1))), beam_size,
                    length_penalty, nbest, max_tokens, min_length)

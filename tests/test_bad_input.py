@@ -410,6 +410,15 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "nope_run does not exist"),
     ("average: a run directory among files", lambda r: ["average-checkpoints", f"{r}/run", f"{r}/model.pt", "-o",
                                                        f"{r}/avg.pt"], "run is a directory: give one run directory"),
+    ("average: output exists", lambda r: ["average-checkpoints", f"{r}/run", "--last", "1", "-o", f"{r}/hyp.txt"],
+     "hyp.txt already exists; pass --force to replace it"),
+    ("average: --force over a text file", lambda r: ["average-checkpoints", f"{r}/run", "--last", "1", "-o",
+                                                     f"{r}/hyp.txt", "--force"], "is not an rpr-mt checkpoint"),
+    ("average: a file listed twice", lambda r: ["average-checkpoints", f"{r}/model.pt", f"{r}/model.pt", "-o",
+                                                f"{r}/avg.pt"], "model.pt is listed twice"),
+    ("average: a copy listed beside it", lambda r: ["average-checkpoints", f"{r}/model.pt",
+                                                    f"{r}/run/checkpoints/checkpoint_00000004.pt", "-o", f"{r}/avg.pt"],
+     "are the same checkpoint"),
 ]
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from pathlib import Path
 
 import pytest
@@ -77,4 +78,115 @@ def test_a_runs_relative_data_dir_is_found_from_any_directory(tmp_path, monkeypa
     assert prepared_data_of("data/x", checkpoint) == project / "data" / "x"
     assert prepared_data_of("data/y", checkpoint) == Path("data/y")  # nowhere: as saved, for the error to name
     monkeypatch.chdir(project)
-    assert prepared_data_of("data/x", checkpoint) == Path("data/x")
+    assert prepared_data_of("data/x", checkpoint).resolve() == (project / "data" / "x").resolve()
+
+
+def test_the_run_s_own_data_with_the_model_s_vocabulary_is_taken_over_a_copy_here(tmp_path, monkeypatch):
+    """A data directory of the same name in the working directory (a 50-line copy, another preparation) was
+    scored instead of the run's: the project above the checkpoint comes first, and only data prepared with the
+    checkpoint's SentencePiece model counts; data of another vocabulary is an error, not a silent score."""
+    import json
+
+    from rpr_mt.checkpoints import prepared_data_of
+    from rpr_mt.errors import UserError
+
+    def prepare(root: Path, sha: str) -> Path:
+        (root / "data" / "x").mkdir(parents=True)
+        (root / "data" / "x" / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": sha}}))
+        return root / "data" / "x"
+
+    project, here = prepare(tmp_path / "project", "aaa"), prepare(tmp_path / "here", "bbb")
+    checkpoint = tmp_path / "project" / "runs" / "r" / "checkpoint_best.pt"
+    checkpoint.parent.mkdir(parents=True)
+    checkpoint.write_bytes(b"x")
+    monkeypatch.chdir(tmp_path / "here")
+    assert prepared_data_of("data/x", checkpoint) == project  # the run's project, not the copy here
+    assert prepared_data_of("data/x", checkpoint, "aaa") == project
+    assert prepared_data_of("data/x", checkpoint, "bbb").resolve() == here.resolve()  # only this one fits the model
+    with pytest.raises(UserError, match="another SentencePiece vocabulary than the model"):
+        prepared_data_of("data/x", checkpoint, "ccc")
+    assert prepared_data_of("data/y", checkpoint, "aaa") == Path("data/y")  # nothing prepared: as saved
+
+
+# -- averaging ------------------------------------------------------------------------------------------------------
+
+
+def _saved(directory: Path, step: int, weights: dict[str, torch.Tensor] | None = None, name: str | None = None,
+           dev: dict | None = None) -> Path:
+    """A minimal checkpoint of update ``step`` (its config records the step, so the one an average takes is seen)."""
+    from rpr_mt import checkpoints as ckpt
+
+    payload = {"format": ckpt.FORMAT, "step": step, "config": {"model": {"d_model": 4}, "train": {"max_steps": step}},
+               "vocab": {"fingerprint": "x" * 64, "size": 10, "spm_model": torch.zeros(1, dtype=torch.uint8)},
+               "model": weights if weights is not None else {"w": torch.full((3,), float(step))}, "dev": dev}
+    path = directory / (name or f"checkpoint_{step:08d}.pt")
+    ckpt.save_checkpoint(payload, path)
+    return path
+
+
+def test_the_newest_update_gives_the_average_its_config_and_step_whatever_the_order_listed(tmp_path):
+    """Listed newest first (as a shell glob sorted backwards, or by hand), the last file listed gave the average
+    its config and update: `translate` said 'updates 6000..5750' and the average claimed update 5750."""
+    from rpr_mt.checkpoints import average_checkpoints, describe_checkpoint
+
+    old, new, mid = _saved(tmp_path, 5750), _saved(tmp_path, 6000), _saved(tmp_path, 5875)
+    averaged = average_checkpoints([new, old, mid])
+    assert averaged["step"] == 6000 and averaged["config"]["train"]["max_steps"] == 6000
+    assert averaged["averaged_steps"] == [5750, 5875, 6000]
+    assert averaged["averaged_from"] == [str(old), str(mid), str(new)]
+    assert describe_checkpoint(averaged) == "average of 3 checkpoints, updates 5750..6000; no dev score recorded"
+    in_order = average_checkpoints([old, mid, new])
+    assert torch.equal(averaged["model"]["w"], in_order["model"]["w"])  # the same sum, in the same order
+    assert torch.allclose(averaged["model"]["w"], torch.full((3,), 5875.0))
+
+
+def test_a_checkpoint_listed_twice_is_refused(tmp_path):
+    """The same file twice was averaged as two ('average of 2 checkpoints, updates 6000..6000'): it weighed twice."""
+    from rpr_mt.checkpoints import average_checkpoints
+
+    first, second = _saved(tmp_path, 5750), _saved(tmp_path, 6000)
+    with pytest.raises(UserError, match=r"^.*checkpoint_00006000\.pt is listed twice: list each checkpoint once$"):
+        average_checkpoints([first, second, second])
+    (tmp_path / "sub").mkdir()
+    respelled = tmp_path / "sub" / ".." / second.name  # the same file under another name
+    with pytest.raises(UserError, match=rf"listed twice \(also as {re.escape(str(second))}\)"):
+        average_checkpoints([second, first, respelled])
+    copy = _saved(tmp_path, 6000, name="checkpoint_best.pt")  # the best checkpoint beside its numbered twin
+    with pytest.raises(UserError, match=r"checkpoint_00006000\.pt and .*checkpoint_best\.pt are the same checkpoint "
+                                        r"\(update 6000, identical weights\)"):
+        average_checkpoints([first, second, copy])
+
+
+def test_the_same_update_with_other_weights_is_refused_as_not_one_trainings(tmp_path):
+    from rpr_mt.checkpoints import average_checkpoints
+
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    ours, theirs = _saved(tmp_path / "a", 6000), _saved(tmp_path / "b", 6000, {"w": torch.zeros(3)})
+    with pytest.raises(UserError, match=r"a/checkpoint_00006000\.pt and .*b/checkpoint_00006000\.pt both hold update "
+                                        r"6000 but different weights"):
+        average_checkpoints([ours, theirs])
+
+
+def test_the_average_carries_the_dev_length_floor_of_its_newest_validated_input_and_no_dev_score(tmp_path):
+    """translate warns about outputs shorter than the model's dev outputs (``length_ratio_p01``); the average had no
+    statistic, so `--which average` never warned. Its dev scores belong to other weights and stay unclaimed."""
+    from rpr_mt.checkpoints import average_checkpoints, describe_checkpoint
+
+    def dev(step: int, floor: float) -> dict:
+        return {"step": step, "nll": 1.0, "bleu": 40.0, "sentences": 300, "beam_size": 1, "length_ratio_p01": floor}
+
+    paths = [_saved(tmp_path, 4000, dev=dev(4000, 0.5)), _saved(tmp_path, 5000, dev=dev(5000, 0.6)),
+             _saved(tmp_path, 5250)]  # the newest was not validated
+    averaged = average_checkpoints(list(reversed(paths)))
+    assert averaged.get("dev") is None  # no BLEU or nll is claimed for the average's weights
+    assert averaged["dev_lengths"] == {"step": 5000, "length_ratio_p01": 0.6}
+    assert describe_checkpoint(averaged).endswith("no dev score recorded")
+    assert "dev_lengths" not in average_checkpoints(paths[2:])  # no validated input: no statistic, as for its input
+
+
+def test_an_average_of_one_checkpoint_is_said_in_the_singular(tmp_path):
+    from rpr_mt.checkpoints import average_checkpoints, describe_checkpoint
+
+    averaged = average_checkpoints([_saved(tmp_path, 5750)])
+    assert describe_checkpoint(averaged) == "average of 1 checkpoint, update 5750; no dev score recorded"

@@ -106,6 +106,57 @@ def test_average_of_identical_checkpoints_is_that_checkpoint(tmp_path):
         assert torch.allclose(averaged[key], value, atol=1e-7)
 
 
+def _numbered(run_dir: Path, *steps: int) -> list[Path]:
+    """Tiny numbered checkpoints of ``run_dir`` whose weights are their update number."""
+    payload = {"format": ckpt.FORMAT, "config": {"model": {"d_model": 4}},
+               "vocab": {"fingerprint": "x" * 64, "size": 10, "spm_model": torch.zeros(1, dtype=torch.uint8)}}
+    for step in steps:
+        ckpt.save_checkpoint({**payload, "step": step, "model": {"w": torch.full((2,), float(step))}},
+                             ckpt.step_checkpoint_path(run_dir, step))
+    return [ckpt.step_checkpoint_path(run_dir, step) for step in steps]
+
+
+def test_average_checkpoints_replaces_an_existing_output_only_with_force(tmp_path):
+    """RUN's default output is checkpoint_avg.pt, in a finished run the checkpoint result.json scored: a second
+    average (another --last) silently replaced it. -o replaced any file, a checkpoint or not."""
+    _numbered(tmp_path, 1, 2, 3)
+    assert run("average-checkpoints", str(tmp_path), "--last", "3").exit_code == 0
+    default = ckpt.checkpoint_dir(tmp_path) / "checkpoint_avg.pt"
+    before = default.read_bytes()
+    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "2"),
+                          f"--output {default} already exists; pass --force to replace it")
+    assert default.read_bytes() == before
+    result = run("average-checkpoints", str(tmp_path), "--last", "2", "--force")
+    assert result.exit_code == 0, result.output
+    assert ckpt.load_checkpoint(default)["averaged_steps"] == [2, 3]
+    text = tmp_path / "notes.pt"
+    text.write_text("not a checkpoint\n")
+    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text)), "pass --force")
+    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text), "--force"),
+                          f"--output {text} exists and is not an rpr-mt checkpoint; refusing to replace it")
+    assert text.read_text() == "not a checkpoint\n"
+
+
+def test_average_checkpoints_takes_the_newest_listed_by_update_not_by_position(tmp_path):
+    old, new = _numbered(tmp_path, 5750, 6000)
+    output = tmp_path / "x.pt"
+    result = run("average-checkpoints", str(new), str(old), "-o", str(output))
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (f"averaged 2 checkpoints ({old.name} .. {new.name}) into {output}")
+    assert ckpt.load_checkpoint(output)["step"] == 6000
+    assert_one_line_error(run("average-checkpoints", str(new), str(new), "-o", str(tmp_path / "y.pt")),
+                          f"{new} is listed twice")
+    assert not (tmp_path / "y.pt").exists()
+
+
+def test_average_of_one_checkpoint_says_checkpoint(tmp_path):
+    (only,) = _numbered(tmp_path, 4)
+    result = run("average-checkpoints", str(tmp_path), "--last", "1")
+    assert result.exit_code == 0, result.output
+    assert result.output.splitlines()[-1] == (f"averaged 1 checkpoint ({only.name}) into "
+                                              f"{ckpt.checkpoint_dir(tmp_path) / 'checkpoint_avg.pt'}")
+
+
 def _tok_bleu_language(output: str) -> str:
     description = json.loads(output.strip().splitlines()[-1])["tok_bleu_description"]
     return re.search(r"tokenizer\.perl -l (\w+)", description).group(1)
@@ -298,3 +349,62 @@ def test_which_with_a_checkpoint_file_is_said_to_be_unused(tmp_path):
     assert "corrupt or truncated" in result.output  # and the file itself was what it loaded
     quiet = runner.invoke(app, ["translate", "--checkpoint", str(bad)], input="a line\n")
     assert "warning" not in quiet.output
+
+
+def test_eval_bleu_refuses_checkpoint_options_with_hyp_and_ref(tmp_path):
+    """--hyp is scored as it is: options that change how a checkpoint translates would silently do nothing."""
+    ref = tmp_path / "ref.de"
+    ref.write_text("ein hund läuft über die wiese .\n", encoding="utf-8")
+    for options in (["--split", "dev"], ["--which", "last"], ["--beam-size", "0"], ["--length-penalty", "-3"],
+                    ["--min-length", "2"], ["--device", "cuda"]):
+        assert_one_line_error(run("eval-bleu", "--hyp", str(ref), "--ref", str(ref), *options),
+                              f"{options[0]} goes with --checkpoint")
+    assert run("eval-bleu", "--hyp", str(ref), "--ref", str(ref)).exit_code == 0
+
+
+def test_eval_bleu_checks_its_decoding_options_before_loading_the_model(tmp_path):
+    """The checkpoint is corrupt: a message other than the corruption's comes from a check made before loading."""
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    for options, fragment in [(["--beam-size", "0"], "--beam-size must be >= 1"),
+                              (["--length-penalty", "-3"], "--length-penalty must be a finite number >= 0"),
+                              (["--min-length", "-1"], "--min-length must be >= 0"),
+                              (["--device", "gpu"], "--device must be auto, cpu, cuda or cuda:N")]:
+        assert_one_line_error(run("eval-bleu", "--checkpoint", str(bad), *options), fragment)
+
+
+def test_nbest_below_one_is_said_without_a_beam_size_and_cuda_n_is_a_device(tmp_path):
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    # the lower bound needs no model; the beam size a default config has is not this model's
+    assert_one_line_error(run("translate", "--checkpoint", str(bad), "--nbest", "0"), "--nbest must be >= 1 (got 0)")
+    if not torch.cuda.is_available():
+        assert_one_line_error(run("translate", "--checkpoint", str(bad), "--device", "cuda:0"),
+                              "--device cuda:0: no CUDA device is available")
+
+
+def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkeypatch):
+    """A model trained on the dataset's lowercased, Moses-tokenized text translated raw sentences markedly worse:
+    translate gives it raw-looking lines as that text is, says so, keeps tokenized lines, and --no-tokenize turns it
+    off. (The fixture's config is made a tok/ Multi30k one; its weights do not matter here.)"""
+    from rpr_mt.decode import translate
+
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de")
+    model = tmp_path / "tok_model.pt"
+    ckpt.save_checkpoint(payload, model)
+    src = tmp_path / "in.en"
+    src.write_text("A man rides a bike.\na boy sits on a woman &apos;s shoulders .\n", encoding="utf-8")
+    seen = []
+    real = translate.translate_lines
+    monkeypatch.setattr(translate, "translate_lines", lambda model, vocab, lines, **k: seen.append(list(lines))
+                        or real(model, vocab, lines, **k))
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(tmp_path / "out.de"))
+    assert result.exit_code == 0, result.output
+    assert seen[-1] == ["a man rides a bike .", "a boy sits on a woman &apos;s shoulders ."]
+    assert "1 of 2 input lines looked like raw text" in result.output
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(tmp_path / "out.de"),
+                 "--no-tokenize")
+    assert result.exit_code == 0, result.output
+    assert seen[-1][0] == "A man rides a bike." and "looked like raw text" not in result.output

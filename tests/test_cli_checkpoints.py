@@ -77,9 +77,27 @@ def test_average_checkpoints_lists_its_inputs_and_warns_when_fewer_than_last(run
     assert loaded_lines(result) == [expected(p) for p in steps]
     result = runner.invoke(app, ["translate", "--checkpoint", str(output), "--beam-size", "1"], input="a bird\n")
     assert loaded_lines(result) == [f"loaded {output} (average of 3 checkpoints, updates 4..12; no dev score recorded)"]
-    result = runner.invoke(app, ["average-checkpoints", str(run_dir), "--last", "2", "-o", str(output)])
+    result = runner.invoke(app, ["average-checkpoints", str(run_dir), "--last", "2", "-o", str(output), "--force"])
     assert result.exit_code == 0 and "warning" not in result.stderr
     assert loaded_lines(result) == [expected(p) for p in steps[1:]]
+
+
+def test_an_average_warns_of_short_translations_as_its_newest_validated_input_does(run_dir, tmp_path):
+    """translate's short-output warning reads the dev length statistic of the checkpoint; an average had none, so
+    `--which average` never warned. It takes its newest validated input's (update 12); a checkpoint, or an average,
+    of weights never validated has none, and translate says nothing about short outputs then."""
+    validated = ckpt.load_checkpoint(ckpt.step_checkpoint_path(run_dir, 12))["dev"]
+    output = tmp_path / "avg.pt"
+    assert runner.invoke(app, ["average-checkpoints", str(run_dir), "--last", "3", "-o", str(output)]).exit_code == 0
+    model = ckpt.load_for_inference(output)[0]
+    assert model.dev_length_ratio_floor == validated["length_ratio_p01"] is not None
+    unvalidated = tmp_path / "avg_4_8.pt"
+    paths = [str(ckpt.step_checkpoint_path(run_dir, s)) for s in (4, 8)]  # validated at 6 and 12 only
+    assert runner.invoke(app, ["average-checkpoints", *paths, "-o", str(unvalidated)]).exit_code == 0
+    assert ckpt.load_for_inference(unvalidated)[0].dev_length_ratio_floor is None
+    for path in (unvalidated, ckpt.step_checkpoint_path(run_dir, 8)):
+        result = runner.invoke(app, ["translate", "--checkpoint", str(path), "--beam-size", "1"], input="a bird\n")
+        assert result.exit_code == 0 and "shorter than" not in result.stderr, result.output
 
 
 # -- rpr-mt plot ----------------------------------------------------------------------------------------------------

@@ -88,6 +88,7 @@ def average_last(run_dir: Path, t: TrainConfig, logger: Logger) -> None:
         logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
                        f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
     save_checkpoint(average_checkpoints(paths), checkpoint_dir(run_dir) / "checkpoint_avg.pt")
-    logger.message(f"averaged {len(paths)} checkpoints into {checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
+    logger.message(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} into "
+                   f"{checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
 
 

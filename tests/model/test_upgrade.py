@@ -15,7 +15,7 @@ import torch
 from rpr_mt.config import DecodeConfig
 from rpr_mt.decode.translate import translate_lines
 from rpr_mt.model.upgrade import upgrade_state_dict
-from rpr_mt.checkpoints import average_checkpoints, load_for_inference
+from rpr_mt.checkpoints import average_checkpoints, load_checkpoint, load_for_inference, save_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "old_checkpoints_expected.json").read_text())
@@ -67,5 +67,9 @@ def test_old_names_are_renamed_and_nothing_is_left_over():
 
 def test_old_and_new_checkpoints_average_together(tmp_path):
     path = FIXTURES / "old_shaw_per_head.pt"
-    averaged = average_checkpoints([path, path])
+    old = load_checkpoint(path)  # loading renames the old parameters: saved again, a checkpoint of today's names
+    new = tmp_path / "new.pt"
+    save_checkpoint({**old, "step": old["step"] + 1}, new)  # another update: one file twice is refused
+    averaged = average_checkpoints([path, new])
     assert "encoder_layers.0.self_attn.positions.rel_k" in averaged["model"]
+    assert all(torch.equal(averaged["model"][key], value) for key, value in old["model"].items())
