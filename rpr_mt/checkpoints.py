@@ -130,7 +130,8 @@ def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") 
         raise UserError(f"checkpoint {path} holds more than weights (refused by weights_only loading, which does "
                         f"not run code from a file: {reason})") from None
     except Exception as exc:  # torch raises several types for truncated/corrupt zip archives
-        reason = str(exc).strip().splitlines()[0] if str(exc).strip() else type(exc).__name__
+        # torch's first sentence is the reason ("... failed finding central directory"); advice follows it
+        reason = str(exc).strip().splitlines()[0].split(". ")[0].rstrip(".") if str(exc).strip() else type(exc).__name__
         raise UserError(f"checkpoint {path} is corrupt or truncated ({' '.join(reason.split()[:30])})") from None
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         raise UserError(f"{path} is not an rpr-mt checkpoint")

@@ -190,3 +190,18 @@ def test_an_average_of_one_checkpoint_is_said_in_the_singular(tmp_path):
 
     averaged = average_checkpoints([_saved(tmp_path, 5750)])
     assert describe_checkpoint(averaged) == "average of 1 checkpoint, update 5750; no dev score recorded"
+
+
+def test_a_truncated_checkpoint_is_named_with_torch_s_reason_and_not_its_advice(tmp_path):
+    """torch's message is a reason and then a paragraph of advice; the error once ended mid-sentence in the advice."""
+    from rpr_mt.checkpoints import FORMAT, load_checkpoint, save_checkpoint
+
+    whole = tmp_path / "whole.pt"
+    save_checkpoint({"format": FORMAT, "config": {}, "vocab": {}, "model": {"w": torch.zeros(4096)}}, whole)
+    cut = tmp_path / "cut.pt"
+    cut.write_bytes(whole.read_bytes()[:3000])
+    with pytest.raises(UserError) as error:
+        load_checkpoint(cut)
+    message = str(error.value)
+    assert message.startswith(f"checkpoint {cut} is corrupt or truncated (") and message.endswith(")")
+    assert "likelihood" not in message and "central directory" in message
