@@ -6,6 +6,7 @@ exit code 130.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import logging
 import math
@@ -13,7 +14,7 @@ import os
 import re
 import sys
 from pathlib import Path
-from typing import Callable, List, Optional, TypeVar
+from typing import Callable, Iterable, List, Optional, TypeVar
 
 # OpenMP threads that wait for a sibling spin by default; when another process holds a core, the spinning thread burns
 # the core its sibling needs. Sleeping at once (PASSIVE) cost nothing measurable on a quiet 2-core machine and made
@@ -187,6 +188,9 @@ def translate(
     min_length: Optional[int] = typer.Option(
         None, "--min-length", help="No eos before this many output tokens (default from config: 1; 0 allows an "
         "empty translation)."),
+    buffer_lines: Optional[int] = typer.Option(
+        None, "--buffer-lines", help="Input lines decoded and written at a time (default from config: 2000); an "
+        "interrupted -o FILE keeps the finished ones in FILE.partial."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
     no_split: bool = typer.Option(
@@ -197,9 +201,11 @@ def translate(
         "without it, lines that look raw are lowercased, normalized and tokenized as that text was."),
 ) -> None:
     """Translate text with a trained model."""
-    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.decode.translate import iter_translations, read_lines
 
     _check_input(input, "--input")
+    if buffer_lines is not None and buffer_lines < 1:
+        raise UserError(f"--buffer-lines must be >= 1 (got {buffer_lines})")
     _check_output(output, "--output", inputs=[input, checkpoint])
     _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length)
     _device(device)
@@ -213,6 +219,8 @@ def translate(
         raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
+    if buffer_lines is not None:
+        decode = dataclasses.replace(decode, buffer_lines=buffer_lines)
     from rpr_mt.config import is_pretokenized
 
     if is_pretokenized(cfg.data) and not no_tokenize:
@@ -223,7 +231,7 @@ def translate(
             _stderr(f"note: {changed} of {len(lines)} input lines looked like raw text; this model was trained on "
                     "Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
                     "as that text was, and its translations are in that form (--no-tokenize: lines as given)")
-    outputs = translate_lines(model, vocab, lines, decode=decode, device=_device(device),
+    outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                               progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
     _write_lines(output, outputs)
 
@@ -528,11 +536,15 @@ def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
             raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
 
 
-def _write_lines(path: str, lines) -> None:
+def _write_lines(path: str, lines: Iterable[str]) -> None:
+    """Write ``lines`` as they come (a generator's translations, window by window): to stdout, flushed as they come;
+    to a file through a temporary beside it, moved into place when complete, so an existing file is never left
+    half-written. If the lines stop with an error or an interrupt, those written so far are kept in
+    ``PATH.partial`` (said on stderr) and the error goes on."""
     if path == "-":
         for line in lines:
             sys.stdout.write(line + "\n")
-        sys.stdout.flush()
+            sys.stdout.flush()  # a pipe is block-buffered: a reader sees each window when it is done
         return
     import gzip
 
@@ -540,9 +552,20 @@ def _write_lines(path: str, lines) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     # a .gz name is gzip, as it is for the inputs (read_lines)
     opener = gzip.open if target.name.endswith(".gz") else open
-    with opener(tmp, "wt", encoding="utf-8") as handle:
-        for line in lines:
-            handle.write(line + "\n")
+    written = 0
+    try:
+        with opener(tmp, "wt", encoding="utf-8") as handle:
+            for line in lines:
+                handle.write(line + "\n")
+                written += 1
+    except BaseException:
+        if written:
+            partial = target.with_name(f"{target.name}.partial")
+            tmp.replace(partial)
+            _stderr(f"stopped: the {written:,} output lines written so far are in {partial}")
+        else:
+            tmp.unlink(missing_ok=True)
+        raise
     tmp.replace(target)
 
 

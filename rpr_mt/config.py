@@ -171,6 +171,7 @@ class DecodeConfig:
     max_tokens: int = 4096  # source tokens per decoding batch
     nbest: int = 1  # hypotheses printed per input line
     split_sentences: bool = True  # translate each line's sentences one by one and join them (rpr_mt.decode.segment)
+    buffer_lines: int = 2000  # input lines decoded (sorted, batched) and written at a time; fairseq's --buffer-size
 
 
 @dataclass
@@ -262,6 +263,7 @@ class Config:
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(dec.min_length >= 0, f"decode.min_length must be >= 0 (got {dec.min_length})")
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
+        _require(dec.buffer_lines > 0, "decode.buffer_lines must be positive")
         return self
 
 

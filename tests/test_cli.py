@@ -280,8 +280,8 @@ def test_translate_splits_sentences_unless_no_split(tmp_path, monkeypatch):
     src = tmp_path / "para.txt"
     src.write_text("A man rides a bike. A dog runs after him. They stop.\n\nTwo kids play.\n", encoding="utf-8")
     seen = []
-    real = translate.translate_lines
-    monkeypatch.setattr(translate, "translate_lines",
+    real = translate.iter_translations
+    monkeypatch.setattr(translate, "iter_translations",
                         lambda *a, **k: seen.append((k["decode"].split_sentences, k["src_lang"])) or real(*a, **k))
     for extra in ([], ["--no-split"]):
         out = tmp_path / f"out{len(extra)}.txt"
@@ -397,8 +397,8 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
     src = tmp_path / "in.en"
     src.write_text("A man rides a bike.\na boy sits on a woman &apos;s shoulders .\n", encoding="utf-8")
     seen = []
-    real = translate.translate_lines
-    monkeypatch.setattr(translate, "translate_lines", lambda model, vocab, lines, **k: seen.append(list(lines))
+    real = translate.iter_translations
+    monkeypatch.setattr(translate, "iter_translations", lambda model, vocab, lines, **k: seen.append(list(lines))
                         or real(model, vocab, lines, **k))
     result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(tmp_path / "out.de"))
     assert result.exit_code == 0, result.output
@@ -408,3 +408,30 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
                  "--no-tokenize")
     assert result.exit_code == 0, result.output
     assert seen[-1][0] == "A man rides a bike." and "looked like raw text" not in result.output
+
+
+def test_an_interrupted_translation_keeps_its_finished_lines_in_a_partial_file(tmp_path, monkeypatch):
+    """translate writes window by window; stopped midway (Ctrl-C, an error), the lines done so far are kept in
+    OUTPUT.partial and an existing OUTPUT is left as it was."""
+    from rpr_mt.decode import translate
+
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    src = tmp_path / "in.en"
+    src.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    out = tmp_path / "out.de"
+    out.write_text("an earlier translation\n", encoding="utf-8")
+
+    def stopped(*args, **kwargs):
+        yield "eins"
+        yield "zwei"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translate, "iter_translations", stopped)
+    result = run("translate", "--checkpoint", str(fixture), "-i", str(src), "-o", str(out))
+    assert result.exit_code == 130, result.output
+    assert "the 2 output lines written so far are in" in result.output
+    assert (tmp_path / "out.de.partial").read_text(encoding="utf-8") == "eins\nzwei\n"
+    assert out.read_text(encoding="utf-8") == "an earlier translation\n"
+    assert not list(tmp_path.glob(".*.tmp"))
+    assert_one_line_error(run("translate", "--checkpoint", str(fixture), "-i", str(src), "--buffer-lines", "0"),
+                          "--buffer-lines must be >= 1")

@@ -19,12 +19,13 @@ total length with each eos), best first.
 
 from __future__ import annotations
 
+import bisect
 import gzip
 import logging
 import sys
 import zlib
 from pathlib import Path
-from typing import Any, Callable, Iterable, Optional, Union
+from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
 from tqdm import tqdm
@@ -103,6 +104,29 @@ def translate_lines(
     shorter than that many pieces per source piece when there are more than ``SHORT_RATE`` of them (default: the
     model's ``dev_length_ratio_floor``, which ``load_for_inference`` sets from the checkpoint's dev statistics).
     """
+    return list(iter_translations(model, vocab, lines, decode=decode, device=device, progress=progress,
+                                  full_prefix=full_prefix, src_lang=src_lang, tgt_lang=tgt_lang,
+                                  min_length_ratio=min_length_ratio))
+
+
+def iter_translations(
+    model: Any,
+    vocab: Any,
+    lines: Iterable[str],
+    *,
+    decode: DecodeConfig,
+    device: Union[str, torch.device],
+    progress: bool = False,
+    full_prefix: bool = False,
+    src_lang: Optional[str] = None,
+    tgt_lang: Optional[str] = None,
+    min_length_ratio: Optional[float] = None,
+) -> Iterator[str]:
+    """``translate_lines`` as a generator: the output lines in input order, window by window.
+
+    The input is decoded in windows of ``decode.buffer_lines`` lines (each sorted by length and batched on its own,
+    as fairseq-interactive's --buffer-size), so a long job writes its translations as it goes and an interrupted one
+    keeps what it finished; the warnings and the progress bar still cover the whole input."""
     lines = list(lines)
     if min_length_ratio is None:
         min_length_ratio = getattr(model, "dev_length_ratio_floor", None)
@@ -138,28 +162,35 @@ def translate_lines(
                 decode.min_length, capped, len(sources), "sentences" if decode.split_sentences else "lines",
             )
 
-    hypotheses: dict[int, list[Hypothesis]] = {}
+    short: list[int] = []
     was_training = model.training
     model.eval()
     try:
-        with torch.inference_mode(), tqdm(
-            total=len(texts), disable=not progress, file=sys.stderr, unit="sent", desc="translate"
-        ) as bar:
+        with tqdm(total=len(texts), disable=not progress, file=sys.stderr, unit="sent", desc="translate") as bar:
             bar.update(len(texts) - len(sources))  # empty sentences are done already
-            for batch in _batches(sources, decode.max_tokens):
-                src = _pad([sources[i] for i in batch], model.pad_id, device)  # [B, S]
-                for index, hyps in zip(batch, _search(model, src, decode, full_prefix)):
-                    hypotheses[index] = hyps
-                bar.update(len(batch))
+            first_unit = 0
+            for first_line in range(0, len(lines), decode.buffer_lines):
+                window = lines[first_line:first_line + decode.buffer_lines]
+                last_unit = bisect.bisect_left(owners, first_line + len(window), lo=first_unit)
+                hypotheses: dict[int, list[Hypothesis]] = {}
+                window_sources = {i - first_unit: sources[i] for i in range(first_unit, last_unit) if i in sources}
+                with torch.inference_mode():
+                    for batch in _batches(window_sources, decode.max_tokens):
+                        src = _pad([window_sources[i] for i in batch], model.pad_id, device)  # [B, S]
+                        for index, hyps in zip(batch, _search(model, src, decode, full_prefix)):
+                            hypotheses[index] = hyps
+                        bar.update(len(batch))
+                window_owners = [owner - first_line for owner in owners[first_unit:last_unit]]
+                outputs = format_outputs(len(window), window_owners, hypotheses, vocab.decode, decode, tgt_lang,
+                                         first_line)
+                if min_length_ratio and decode.nbest == 1:
+                    short += [first_line + i for i in short_outputs(window, outputs, vocab.encode, min_length_ratio)]
+                first_unit = last_unit
+                yield from outputs
     finally:
         model.train(was_training)
-
-    outputs = format_outputs(len(lines), owners, hypotheses, vocab.decode, decode, tgt_lang)
-    if min_length_ratio and decode.nbest == 1:
-        short = short_outputs(lines, outputs, vocab.encode, min_length_ratio)
-        if len(short) > SHORT_RATE * len(lines):
-            warn_short_outputs(short, len(lines), min_length_ratio)
-    return outputs
+    if len(short) > SHORT_RATE * len(lines):
+        warn_short_outputs(short, len(lines), min_length_ratio)
 
 
 def sentence_units(lines: list[str], split: bool, src_lang: Optional[str]) -> tuple[list[str], list[int]]:
@@ -179,15 +210,16 @@ def sentence_units(lines: list[str], split: bool, src_lang: Optional[str]) -> tu
 
 def format_outputs(
     n_lines: int, owners: list[int], hypotheses: dict[int, list[Hypothesis]], decode_ids: Callable[[list[int]], str],
-    decode: DecodeConfig, tgt_lang: Optional[str],
+    decode: DecodeConfig, tgt_lang: Optional[str], first_line: int = 0,
 ) -> list[str]:
-    """The output lines (module docstring) from each unit's hypotheses; ``owners[u]``: the input line of unit u."""
+    """The output lines (module docstring) from each unit's hypotheses; ``owners[u]``: the input line of unit u,
+    counted from ``first_line``, the number n-best entries give the first of these lines."""
     per_line: list[list[list[Hypothesis]]] = [[] for _ in range(n_lines)]
     for unit, line in enumerate(owners):
         if hypotheses.get(unit):
             per_line[line].append(hypotheses[unit])
     outputs: list[str] = []
-    for index, units in enumerate(per_line):
+    for index, units in enumerate(per_line, start=first_line):
         if decode.nbest == 1:
             outputs.append(join_sentences([decode_ids(hyps[0].tokens) for hyps in units], tgt_lang))
         elif not units:

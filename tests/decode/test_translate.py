@@ -258,3 +258,39 @@ def test_a_min_length_above_the_output_limit_is_said(caplog) -> None:
     with caplog.at_level(logging.WARNING, logger="rpr_mt"):
         run(["a b c", "d"], min_length=4, max_len_a=1.0, max_len_b=0)  # limit: 4 and 2 pieces (eos counted)
     assert "min_length 4 is above the output limit" in caplog.text and "of 1 of 2 input" in caplog.text
+
+
+# --------------------------------------------------------------------------------------------------------------------
+# windows (decode.buffer_lines): outputs written as they are done
+# --------------------------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("buffer_lines", [1, 2, 3, 2000])
+@pytest.mark.parametrize("nbest", [1, 2])
+def test_any_window_size_gives_the_same_output(buffer_lines: int, nbest: int) -> None:
+    lines = ["Ab. Cde? Fg.", "", "  Gh  ", "I. Jk", "abc", "   ", "d"]
+    whole = run_split(lines, nbest=nbest, buffer_lines=10_000)
+    assert run_split(lines, nbest=nbest, buffer_lines=buffer_lines) == whole
+    assert len(whole) == len(lines) * nbest
+
+
+def test_each_window_is_given_before_the_next_is_decoded() -> None:
+    from rpr_mt.decode.translate import iter_translations
+
+    model = ScriptedModel(copy_script)
+    config = DecodeConfig(beam_size=3, max_tokens=1000, buffer_lines=2)
+    outputs = iter_translations(model, StubVocab(), LINES, decode=config, device="cpu")
+    assert [next(outputs), next(outputs)] == ["a b c", "d"]
+    assert model.encoded_rows == 2  # the first window only
+    assert list(outputs) == [line.strip() for line in LINES[2:]]
+    assert model.encoded_rows == 5
+
+
+def test_short_outputs_of_all_windows_are_one_warning_with_their_line_numbers(caplog) -> None:
+    from . import table_script
+
+    model = ScriptedModel(table_script({"a b c d": {"": {"a": 1.0}, "a": {"</s>": 1.0}}}))
+    with caplog.at_level(logging.WARNING):
+        run_split(["abcd", "", "abcd"], model=model, min_length_ratio=0.5, buffer_lines=1)
+    messages = [r.getMessage() for r in caplog.records]
+    assert len(messages) == 1 and "2 of 3 translations are shorter" in messages[0] and "lines 1, 3)" in messages[0]
