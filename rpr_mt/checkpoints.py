@@ -264,6 +264,19 @@ def _mapped(path: Path) -> Any:
         return None
 
 
+def peek_checkpoint(path: str | Path) -> tuple[Config, str] | None:
+    """The config and vocabulary fingerprint of checkpoint ``path``, read with its tensors mapped, not read (a
+    command's checks before it loads the weights); None where that is not possible (``load_checkpoint`` then says
+    what is wrong, or loads a legacy file)."""
+    payload = _mapped(Path(path))
+    if not isinstance(payload, dict) or payload.get("format") != FORMAT:
+        return None
+    try:
+        return config_from_dict(payload["config"], origin=str(path)), payload["vocab"]["fingerprint"]
+    except (KeyError, TypeError, UserError):
+        return None
+
+
 def is_checkpoint_file(path: str | Path) -> bool:
     """Whether ``path`` holds an rpr-mt checkpoint: the only kind of file ``average-checkpoints --force`` replaces."""
     payload = _mapped(Path(path))

@@ -285,25 +285,19 @@ def eval_bleu(
             _check_output(str(save_hyp), "--save-hyp")
         _check_decode_options(beam_size, length_penalty, None, None, min_length)  # before the model loads
         _device(device)
-        from rpr_mt.checkpoints import prepared_data_of, resolve_checkpoint
+        from rpr_mt.checkpoints import peek_checkpoint, resolve_checkpoint
 
-        resolve_checkpoint(checkpoint, which)
+        resolved = resolve_checkpoint(checkpoint, which)
         _warn_unused_which(checkpoint, which)
+        # The split and --save-hyp are checked before the weights load, from the checkpoint's config and vocabulary
+        # fingerprint read without its tensors (where torch can map the file; else after loading, below).
+        peeked = peek_checkpoint(resolved)
+        if peeked is not None:
+            src_path, ref = _split_paths(peeked[0], peeked[1], checkpoint, split, ref, save_hyp)
         model, cfg, vocab, _ = _load_model(checkpoint, which, device)
         pretokenized = is_pretokenized(cfg.data)
-        # from any directory, and only data prepared with the model's own vocabulary
-        data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab.fingerprint)
-        src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
-        if not src_path.is_file():
-            prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
-            if prepared:  # the data is there, the split is not: a prepare would not help
-                raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
-            raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
-        if ref is None:
-            ref = default_ref
-            _check_input(str(ref), "--ref (the split's reference)")
-        if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
-            _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
+        if peeked is None:
+            src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, no_split)
         _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
@@ -428,6 +422,28 @@ def export_command(
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------------
+
+
+def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, ref: Optional[Path],
+                 save_hyp: Optional[Path]) -> tuple[Path, Path]:
+    """eval-bleu --checkpoint: the prepared source of ``split`` and its reference (``ref`` if given), checked, and
+    --save-hyp checked against both. The data is the run's own, prepared with the model's vocabulary, from any
+    directory (``prepared_data_of``)."""
+    from rpr_mt.checkpoints import prepared_data_of
+
+    data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab_sha256)
+    src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
+    if not src_path.is_file():
+        prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
+        if prepared:  # the data is there, the split is not: a prepare would not help
+            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
+        raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
+    if ref is None:
+        ref = default_ref
+        _check_input(str(ref), "--ref (the split's reference)")
+    if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
+        _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
+    return src_path, ref
 
 
 def _stderr(text: str) -> None:

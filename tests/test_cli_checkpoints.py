@@ -191,3 +191,20 @@ def test_no_progress_bar_into_a_pipe_unless_asked(run_dir, tmp_path, command):
     assert forced.exit_code == 0, forced.output
     assert "\r" in forced.stderr and "translate" in forced.stderr  # tqdm's frames, as on a terminal
     assert "\r" not in runner.invoke(app, [*command(run_dir, src), "--no-progress"]).stderr
+
+
+def test_eval_bleu_checks_the_split_and_save_hyp_before_loading_the_weights(run_dir, monkeypatch):
+    """A wrong --split or a --save-hyp over the references is said before the model loads (which can take a
+    minute); the config and vocabulary are read from the checkpoint with its tensors only mapped."""
+    from rpr_mt import cli
+
+    def no_load(*args, **kwargs):
+        raise AssertionError("the model was loaded before the check")
+
+    monkeypatch.setattr(cli, "_load_model", no_load)
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--split", "nope"])
+    assert result.exit_code == 2 and "--split nope:" in result.output and "has no such split" in result.output
+    config, sha = ckpt.peek_checkpoint(ckpt.resolve_checkpoint(run_dir, "best"))
+    _, reference = cli._split_paths(config, sha, run_dir, "test", None, None)  # the run's test reference
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--save-hyp", str(reference)])
+    assert result.exit_code == 2 and "is also an input of this command" in result.output
