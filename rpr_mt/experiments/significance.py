@@ -34,8 +34,9 @@ def paired_bootstrap(
     baseline: Sequence[str], system: Sequence[str], references: Sequence[str], n_samples: int = N_SAMPLES,
     metric: Metric = "sacrebleu",
 ) -> tuple[float, float]:
-    """(BLEU of ``system`` minus BLEU of ``baseline``, two-sided p-value of the paired bootstrap). With
-    ``metric="lit"`` all three are already lowercased, normalized, tokenized text, scored as they are."""
+    """(BLEU of ``system`` minus BLEU of ``baseline``, two-sided p-value of the paired bootstrap; 1.0 when the
+    difference is exactly 0). With ``metric="lit"`` all three are already lowercased, normalized, tokenized text,
+    scored as they are."""
     if not len(baseline) == len(system) == len(references):
         raise UserError(f"{len(baseline)} baseline, {len(system)} system and {len(references)} reference lines: "
                         "they must be line-aligned")
@@ -44,7 +45,12 @@ def paired_bootstrap(
                       test_type="bs", n_samples=n_samples)
     _, scores = test()
     base_result, system_result = scores["BLEU"]
-    return system_result.score - base_result.score, float(system_result.p_value)
+    difference = system_result.score - base_result.score
+    if difference == 0:
+        # sacreBLEU keeps multeval's convention that a zero difference is not chance: identical outputs get the
+        # smallest p (1 / (n + 1)), which a table would read as a significant difference of +0.00
+        return difference, 1.0
+    return difference, float(system_result.p_value)
 
 
 def _base_runs(sweep: SweepResults, runs: Sequence[str]) -> dict[int, str]:

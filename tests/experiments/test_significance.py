@@ -36,6 +36,15 @@ def test_a_clearly_better_system_is_significant_and_a_near_copy_is_not():
         paired_bootstrap(good, near[:-1], references)
 
 
+@pytest.mark.parametrize("metric", ["sacrebleu", "lit"])
+def test_a_system_against_itself_is_no_difference_p_1(metric):
+    """sacreBLEU's p for identical outputs is its minimum, 1 / 1001 (multeval's convention): a table showed
+    '+0.00, p = 0.001' for two runs that translated alike."""
+    references = _corpus(100)
+    system = [r if i % 3 else "ein hund" for i, r in enumerate(references)]
+    assert paired_bootstrap(system, list(system), references, metric=metric) == (0.0, 1.0)
+
+
 def test_table_compares_each_seed_with_its_own_base_run(tmp_path):
     data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
     table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=200)
