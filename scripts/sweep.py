@@ -17,7 +17,8 @@ import shlex
 import sys
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.sweep import PAPER_TABLES, TABLE_NAMES, plan_runs, run_config, run_sweep, is_finished
+from rpr_mt.experiments.sweep import (PAPER_TABLES, TABLE_NAMES, check_base_settings, is_finished, plan_runs, read_plan,
+                                      run_config, run_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -35,6 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed given twice")
     try:
         if args.list:
+            check_base_settings(read_plan(args.root), args.root, args.config, args.overrides)  # "finished" means this
             runs = plan_runs(args.config, args.tables, args.seeds, args.overrides)
             unknown = sorted(set(args.only) - {run.directory for run in runs})
             if unknown:

@@ -103,6 +103,7 @@ LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("decode", "min_length"): (1, 0),
     ("decode", "split_sentences"): (True, False),
     ("data", "multi30k_text"): ("raw", "raw"),
+    ("decode", "buffer_lines"): (2000, None),  # windows of the input: the same outputs as one window
 }
 
 # The decode settings that change what is decoded (nbest is 1 in sweeps; max_tokens only batches).
@@ -190,22 +191,67 @@ def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], 
     """Merge ``runs`` into ``<root>/plan.json`` (a later sweep over other tables or seeds adds to it)."""
     check_root(root)
     path = Path(root) / "plan.json"
-    try:
-        plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else {"runs": {}}
-    except (OSError, ValueError) as exc:  # a hand-edited or half-written plan: say which file, not a traceback
-        raise UserError(f"{path}: cannot read the sweep's plan ({exc})") from None
+    plan = read_plan(root) or {"runs": {}}
     if plan.get("config", str(config_path)) != str(config_path) or plan.get("overrides", overrides) != overrides:
         raise UserError(
             f"{path} belongs to a sweep of {plan.get('config')} with overrides {plan.get('overrides')}; "
             "use another --root for a different base config"
         )
-    plan["config"], plan["overrides"] = str(config_path), overrides
+    base = check_base_settings(plan, root, config_path, overrides)
+    plan["config"], plan["overrides"], plan["base_settings"] = str(config_path), overrides, base
     for run in runs:
         entry = plan["runs"].setdefault(run.directory, {"seed": run.seed, "overrides": run.overrides, "cells": []})
         for cell in run.cells:
             if list(cell) not in entry["cells"]:
                 entry["cells"].append(list(cell))
     _write_json(path, plan)
+
+
+def check_base_settings(plan: dict[str, Any] | None, root: str | Path, config_path: str | Path,
+                        overrides: list[str]) -> dict[str, Any]:
+    """The base config's settings now (``_base_settings``), after checking them against those ``plan`` recorded
+    (the root's plan.json; None or a plan from before they were recorded: nothing to check): the runs under the root
+    were trained with those, so a config edited since is a UserError naming the first changes."""
+    base = _base_settings(config_path, overrides)
+    recorded = (plan or {}).get("base_settings")
+    if recorded is not None and recorded != base:
+        changes = _differences(recorded, base) + [(key, None) for key, _ in _differences(base, recorded)
+                                                  if _setting(base, key) is _MISSING]
+        shown = ", ".join(f"{key}: {_setting(recorded, key)} -> {_setting(base, key)}" for key, _ in changes[:3])
+        raise UserError(
+            f"{config_path} (with its overrides) changed since this sweep planned its runs in {root} ({shown}"
+            f"{', ...' if len(changes) > 3 else ''}): the runs there were trained with the settings before; restore "
+            "them, or start the changed sweep in another --root"
+        )
+    return base
+
+
+def read_plan(root: str | Path) -> dict[str, Any] | None:
+    """``<root>/plan.json``, or None when there is none yet."""
+    path = Path(root) / "plan.json"
+    try:
+        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+    except (OSError, ValueError) as exc:  # a hand-edited or half-written plan: say which file, not a traceback
+        raise UserError(f"{path}: cannot read the sweep's plan ({exc})") from None
+
+
+def _base_settings(config_path: str | Path, overrides: list[str]) -> dict[str, Any]:
+    """The base config's settings that decide its runs (``comparable_config``, less the seed each run sets)."""
+    raw = comparable_config(load_config(config_path, overrides))
+    raw["train"] = {key: value for key, value in raw["train"].items() if key != "seed"}
+    return raw
+
+
+_MISSING = object()
+
+
+def _setting(settings: dict[str, Any], dotted: str) -> Any:
+    value: Any = settings
+    for part in dotted.split("."):
+        if not isinstance(value, dict) or part not in value:
+            return _MISSING
+        value = value[part]
+    return value
 
 
 def check_root(root: str | Path) -> None:

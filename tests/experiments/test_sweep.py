@@ -220,3 +220,22 @@ def test_unreadable_plan_is_one_error(base_config, tmp_path):
     (tmp_path / "plan.json").write_text('{"runs": {')
     with pytest.raises(UserError, match="plan.json: cannot read the sweep's plan"):
         run_sweep(base_config, tmp_path, ["positions"], [1], log=lambda _: None)
+
+
+def test_a_base_config_edited_since_the_plan_is_one_error_naming_the_change(base_config, tmp_path):
+    """The runs under a root were trained with the base config's settings when it was planned: after an edit, a
+    finished run was refused with advice to pass --overwrite (sweep.py has none) and --list called it 'to do'."""
+    from rpr_mt.experiments.sweep import write_plan
+
+    config = tmp_path / "base.yaml"  # a copy, edited in place below as a user would
+    config.write_text(base_config.read_text(encoding="utf-8"), encoding="utf-8")
+    root = tmp_path / "root"
+    write_plan(root, config, [], plan_runs(config, ["positions"], [1], []))
+    write_plan(root, config, [], plan_runs(config, ["positions"], [1, 2], []))  # unchanged settings: fine
+    assert "seed" not in json.loads((root / "plan.json").read_text())["base_settings"]["train"]
+    before = load_config(config).train.peak_lr
+    config.write_text(config.read_text(encoding="utf-8").replace("peak_lr:", "peak_lr: 0.00123 #"), encoding="utf-8")
+    assert load_config(config).train.peak_lr == 0.00123
+    with pytest.raises(UserError, match=rf"changed since this sweep planned its runs .*\(train\.peak_lr: {before} -> "
+                                        r"0\.00123\): .*another --root"):
+        write_plan(root, config, [], plan_runs(config, ["positions"], [1], []))

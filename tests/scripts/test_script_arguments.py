@@ -87,3 +87,18 @@ def test_study_report_on_a_root_without_study_runs_says_so(tmp_path, capsys):
     make_sweep_root(tmp_path)
     assert study.main(["configs/demo.yaml", "--root", str(tmp_path), "--report"]) == 2
     assert "holds no position-study runs" in capsys.readouterr().err
+
+
+def test_sweep_list_refuses_a_base_config_changed_since_its_plan(tmp_path):
+    """--list called a finished run 'to do' after the base config was edited: it now says what changed."""
+    from rpr_mt.experiments.sweep import _base_settings
+
+    root = tmp_path / "r"
+    root.mkdir()
+    settings = _base_settings(REPO / "configs" / "demo.yaml", [])
+    settings["train"]["peak_lr"] = 0.5
+    (root / "plan.json").write_text(json.dumps({"runs": {}, "base_settings": settings}))
+    listed = subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", str(root), "--tables",
+                             "positions", "--seeds", "1", "--list"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 2 and "train.peak_lr: 0.5 -> 0.003" in listed.stderr, listed.stderr
