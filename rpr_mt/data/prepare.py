@@ -214,9 +214,7 @@ def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:
                 progress=progress, desc=f"reading {name}", total=reader.total,
             )
         if train:
-            require_some_kept(stats, reader.origin, config.max_words, config.max_length_ratio)
-            log.info("train: kept %d of %d pairs (dropped: %s)", stats.kept, stats.read,
-                     stats.describe(config.max_words, config.max_length_ratio))
+            require_some_kept(stats, reader.origin, config.max_words, config.max_length_ratio)  # the summary says how many
         elif stats.read == 0:
             raise UserError(f"the {name} split of {reader.origin} is empty")
         clean[name] = stats
@@ -311,6 +309,8 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any]) -> Optional[str]:
         same_stat = (before.get("path") == str(path.resolve()) and before.get("size") == stat.st_size
                      and before.get("mtime_ns") == stat.st_mtime_ns)
         if not same_stat and sources.sha256_file(path) != before.get("sha256"):
+            if before.get("path") not in (None, str(path.resolve())):  # another file, not an edited one
+                return f"the {role} input is now {path} (it was {before['path']})"
             return f"input {path} changed (sha256 differs)"
     return None
 

@@ -227,6 +227,11 @@ def test_changed_input_file_rebuilds(tmp_path):
     assert check_prepared(config) == f"stale: input {train_src} changed (sha256 differs)"
     out = prepare(config, progress=False)
     assert read_manifest(out)["inputs"]["files"]["train.src"]["sha256"] == sources.sha256_file(train_src)
+    # pointing the split at another file is said as that, not as an edit of the new file
+    other = tmp_path / "other.src"
+    other.write_text("a different corpus\n" * 3)
+    config.splits["train"].src = str(other)
+    assert check_prepared(config) == f"stale: the train.src input is now {other} (it was {train_src.resolve()})"
 
 
 def test_new_split_or_missing_output_file_is_stale(tmp_path):
