@@ -11,7 +11,7 @@ Layout of a run directory::
     run_dir/metrics.jsonl                        one JSON record per log line / validation
     run_dir/tensorboard/                         the same scalars for TensorBoard (train.tensorboard)
     run_dir/checkpoints/checkpoint_00001000.pt   every train.save_every updates and at the end (last keep_last)
-    run_dir/checkpoints/checkpoint_best.pt       best dev BLEU (dev loss when BLEU is off)
+    run_dir/checkpoints/checkpoint_best.pt       best dev BLEU, ties broken by dev loss (dev loss alone when BLEU is off)
     run_dir/checkpoints/checkpoint_avg.pt        from `rpr-mt average-checkpoints` or train.average_last
 
 A checkpoint holds everything needed to translate: the resolved config, the SentencePiece model bytes and their

@@ -151,9 +151,11 @@ class TrainConfig:
     valid_bleu: bool = True  # decode the dev set at validation and report sacreBLEU
     valid_max_sentences: Optional[int] = 500  # decode only the first N dev sentences (None = all)
     valid_beam_size: int = 1  # beam for validation BLEU (1 = greedy: fast; final scores use decode.beam_size)
-    patience: Optional[int] = None  # stop after this many validations without a better dev BLEU
+    # stop after this many validations without a better dev BLEU (or the same BLEU at a lower dev NLL; the dev NLL
+    # alone when valid_bleu is off)
+    patience: Optional[int] = None
     max_bad_updates: int = 5  # NaN/inf losses in a row before the run stops
-    average_last: int = 0  # at the end, average the last N checkpoints into checkpoint_avg.pt (0 = off)
+    average_last: int = 0  # at the end, average the last N checkpoints into checkpoint_avg.pt (0 = off; <= keep_last)
     tensorboard: bool = True  # also write the metrics as TensorBoard scalars into run_dir/tensorboard
     init_from: Optional[str] = None  # fine-tune: start a new run from this checkpoint (file or run dir: its best)
     reset_optimizer: bool = True  # with init_from: fresh Adam moments (false: also load the checkpoint's optimizer)
@@ -249,6 +251,9 @@ class Config:
             _require(getattr(t, key) >= 1, f"train.{key} must be >= 1")
         _require(t.valid_beam_size >= 1, "train.valid_beam_size must be >= 1")
         _require(t.average_last >= 0, "train.average_last must be >= 0")
+        _require(t.average_last <= t.keep_last,
+                 f"train.average_last ({t.average_last}) must not exceed train.keep_last ({t.keep_last}): the run "
+                 f"deletes all but its last {t.keep_last} numbered checkpoints before it averages them")
         _require(0.0 <= t.final_lr_fraction <= 1.0, f"train.final_lr_fraction must be in [0, 1] (got {t.final_lr_fraction})")
         _require(t.adam_eps > 0.0, f"train.adam_eps must be positive (got {t.adam_eps})")
         _require(dec.length_penalty >= 0.0, f"decode.length_penalty must be >= 0 (got {dec.length_penalty})")
@@ -287,6 +292,10 @@ def validate_data(config: DataConfig) -> None:
     if misnamed and "dev" not in names:  # validation reads the split named dev: under another name it never ran
         raise UserError(f"{prefix}.{misnamed[0]}: the validation split is named 'dev' (validation, the best "
                         f"checkpoint and the dev scores read it); rename '{misnamed[0]}' to 'dev'")
+    if config.splits and config.source != "files":  # the other sources read no split files: they were ignored
+        hint = "; local Multi30k files go in data.multi30k_dir" if config.source == "multi30k" else ""
+        raise UserError(f"data.splits is read only when data.source is files (it is {config.source}): remove "
+                        f"data.splits or set data.source: files{hint}")
     if config.source == "demo" and "train" not in config.demo_sizes:
         raise UserError("data.demo_sizes must have a 'train' entry")
     if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
@@ -431,7 +440,7 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
         value = yaml.load(value_text, Loader=_StrictLoader) if value_text.strip() else None
     except yaml.YAMLError:
         value = value_text
-    _check_override_key(keys, override.strip())
+    _check_override_key(keys, override.strip(), value)
     node = raw
     for key in keys[:-1]:
         child = node.get(key)
@@ -463,12 +472,16 @@ def _suggestion(key: str, names: list[str]) -> str | None:
     return close[0] if close else None
 
 
-def _check_override_key(keys: list[str], override: str) -> None:
-    """An unknown key in --set is named as --set's, not as the config file's."""
+def _check_override_key(keys: list[str], override: str, value: Any) -> None:
+    """An unknown key in --set, a key below a value, and a value given to a whole section are named as --set's
+    errors, not as the config file's."""
     cls: Any = Config
     for depth, key in enumerate(keys):
+        if typing.get_origin(cls) is dict:  # an entry of a mapping (data.splits.train): any name
+            cls = typing.get_args(cls)[1]
+            continue
         if not dataclasses.is_dataclass(cls):
-            return  # below a plain field (a mapping such as data.splits): checked when the config is built
+            raise UserError(f"--set {override}: {'.'.join(keys[:depth])} is a value, not a section")
         names = [f.name for f in dataclasses.fields(cls)]
         if key not in names:
             prefix = ".".join(keys[:depth])
@@ -477,6 +490,16 @@ def _check_override_key(keys: list[str], override: str) -> None:
                     else f"; valid keys: {', '.join(names)}")
             raise UserError(f"--set {override}: unknown key '{'.'.join(keys[:depth + 1])}'{hint}")
         cls = typing.get_type_hints(cls)[key]
+    if value is None or isinstance(value, dict):  # a YAML mapping (or null: the defaults) replaces a section whole
+        return
+    dotted = ".".join(keys)
+    if dataclasses.is_dataclass(cls):
+        names = [f.name for f in dataclasses.fields(cls)]
+        raise UserError(f"--set {override}: {dotted} is a section, not a value; set one of its keys "
+                        f"({', '.join(names)}), e.g. --set {dotted}.{names[0]}=...")
+    if typing.get_origin(cls) is dict:
+        raise UserError(f"--set {override}: {dotted} is a mapping, not a value; set one entry at a time, "
+                        f"e.g. --set {dotted}.NAME=...")
 
 
 def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:

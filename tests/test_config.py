@@ -150,3 +150,44 @@ def test_a_validation_split_under_another_name_is_refused():
         config_from_dict({"data": {"source": "files", "splits": splits}})
     splits["dev"] = splits["valid"]  # beside a dev split, another set of that name is the user's own
     assert "valid" in config_from_dict({"data": {"source": "files", "splits": splits}}).data.splits
+
+
+def test_a_whole_section_or_a_key_below_a_value_in_set_is_named_as_set(tmp_path):
+    """`--set model.t5=3` gives a number to a section: --set's error, not the config file's (which was named, though
+    it holds no t5 at all); so are a key below a plain value and an unknown key inside a split."""
+    config = write(tmp_path, "train:\n  max_steps: 10\n")
+    with pytest.raises(UserError, match=r"^--set model.t5=3: model.t5 is a section, not a value; set one of its keys "
+                                        r"\(num_buckets, max_distance, per_layer\), e.g. --set model.t5.num_buckets="):
+        load_config(config, ["model.t5=3"])
+    with pytest.raises(UserError, match=r"^--set data.splits=x.en: data.splits is a mapping, not a value"):
+        load_config(config, ["data.splits=x.en"])
+    with pytest.raises(UserError, match=r"^--set data.splits.train=x.en: data.splits.train is a section"):
+        load_config(config, ["data.source=files", "data.splits.train=x.en"])
+    with pytest.raises(UserError, match=r"^--set model.d_model.x=3: model.d_model is a value, not a section"):
+        load_config(config, ["model.d_model.x=3"])
+    with pytest.raises(UserError, match=r"^--set data.splits.train.srcc=a.en: unknown key 'data.splits.train.srcc' "
+                                        r"\(did you mean 'data.splits.train.src'\?\)"):
+        load_config(config, ["data.source=files", "data.splits.train.srcc=a.en"])
+    # a mapping (or null: the defaults) still replaces a section whole, and a split's keys are set one by one
+    assert load_config(config, ["model.t5={num_buckets: 8}"]).model.t5.num_buckets == 8
+    assert load_config(config, ["model.t5=null"]).model.t5.num_buckets == 32
+    assert load_config(config, ["data.demo_sizes.train=7"]).data.demo_sizes["train"] == 7
+
+
+def test_average_last_may_not_exceed_keep_last():
+    """Averaging needs the last average_last checkpoints, and the run deletes all but keep_last of them before the
+    end: refused up front, not warned about once the run is over."""
+    with pytest.raises(UserError, match=r"^train.average_last \(10\) must not exceed train.keep_last \(5\)") as info:
+        load_config(None, ["train.average_last=10", "train.keep_last=5"])
+    assert "\n" not in str(info.value)
+    assert load_config(None, ["train.average_last=5", "train.keep_last=5"]).train.average_last == 5
+    assert load_config(None, ["train.average_last=0", "train.keep_last=1"]).train.average_last == 0
+
+
+@pytest.mark.parametrize("source", ["demo", "multi30k", "wmt14"])
+def test_data_splits_are_refused_where_the_source_does_not_read_them(source):
+    """Only data.source files reads data.splits; with another source the files named were ignored without a word."""
+    with pytest.raises(UserError, match=rf"^data.splits is read only when data.source is files \(it is {source}\)"):
+        load_config(None, [f"data.source={source}", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
+    cfg = load_config(None, ["data.source=files", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
+    assert cfg.data.splits["train"].src == "x.en"

@@ -13,7 +13,7 @@ import torch
 from torch import nn
 
 from rpr_mt.checkpoints import (
-    average_checkpoints, checkpoint_dir, list_step_checkpoints, load_checkpoint, save_checkpoint,
+    STEP_PATTERN, average_checkpoints, checkpoint_dir, list_step_checkpoints, load_checkpoint, save_checkpoint,
     step_checkpoint_path,
 )
 from rpr_mt.config import TrainConfig
@@ -82,11 +82,19 @@ class Checkpoints:
 
 
 def average_last(run_dir: Path, t: TrainConfig, logger: Logger) -> None:
-    """checkpoint_avg.pt: the mean of the last train.average_last numbered checkpoints (rank 0 only)."""
+    """checkpoint_avg.pt: the mean of the last train.average_last numbered checkpoints (rank 0 only). Fewer are there
+    when the run was too short for them (train.keep_last, which is at least average_last, pruned none of them)."""
     paths = list_step_checkpoints(run_dir)[-t.average_last:]
     if len(paths) < t.average_last:
-        logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} keeps only {len(paths)} "
-                       f"numbered checkpoint(s) (train.keep_last {t.keep_last}); averaging {len(paths)}")
+        match = STEP_PATTERN.search(paths[-1].name) if paths else None
+        updates = int(match.group(1)) if match else 0  # the run's last update: it saves a checkpoint there
+        written = -(-updates // t.save_every)  # one every save_every updates, and one at the end off that grid
+        if written < t.average_last:
+            why = f"the run's {updates} updates at train.save_every {t.save_every} wrote only {written}"
+        else:
+            why = "the others were deleted (by hand, or by a smaller train.keep_last of an earlier invocation)"
+        logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} has only {len(paths)} "
+                       f"numbered checkpoint(s): {why}; averaging {len(paths)}")
     save_checkpoint(average_checkpoints(paths), checkpoint_dir(run_dir) / "checkpoint_avg.pt")
     logger.message(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} into "
                    f"{checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")

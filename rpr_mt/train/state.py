@@ -47,7 +47,9 @@ class TrainState:
     tokens_before: int | None = 0  # target tokens of earlier invocations (None: a checkpoint predates the count)
     schedule_origin: float | None = None  # elapsed seconds at the first update: the ``budget`` schedule's zero
     best_bleu: float | None = None  # best dev BLEU so far (None: not measured)
-    best_loss: float = math.inf  # best dev NLL so far (what ``best`` means when BLEU is off)
+    # dev NLL of the best validation (checkpoint_best.pt's): what ``best`` means when BLEU is off, and what decides
+    # between two validations of the same BLEU
+    best_loss: float = math.inf
     bad_validations: int = 0  # validations since the last improvement (``train.patience``)
     dev: dict[str, Any] | None = None  # the latest validation's scores and update
     tokens: int = 0  # target tokens of this invocation (all ranks)
@@ -76,14 +78,18 @@ class TrainState:
 
     def add_validation(self, dev: dict[str, Any]) -> bool:
         """Take a validation's scores (``step``, ``nll``, ``bleu`` or None, ...): the best scores and the patience
-        count follow them. True when they improve on the best, by dev BLEU, or by dev NLL when BLEU is off."""
+        count follow them. True when they improve on the best: a higher dev BLEU, or the same dev BLEU at a lower dev
+        NLL (a small model's BLEU stays at 0.00 for many validations while its loss falls); by dev NLL alone when BLEU
+        is off."""
         bleu, nll = dev["bleu"], dev["nll"]
-        improved = (bleu is not None and (self.best_bleu is None or bleu > self.best_bleu)) or (
-            bleu is None and nll < self.best_loss
-        )
+        if bleu is None:
+            improved = nll < self.best_loss
+        else:
+            improved = (self.best_bleu is None or bleu > self.best_bleu
+                        or (bleu == self.best_bleu and nll < self.best_loss))
         if improved:
             self.best_bleu = bleu if bleu is not None else self.best_bleu
-            self.best_loss = min(self.best_loss, nll)
+            self.best_loss = nll  # the best validation's, which a tie in BLEU is compared with (not the lowest seen)
             self.bad_validations = 0
         else:
             self.bad_validations += 1
@@ -155,6 +161,8 @@ class TrainState:
             tokens_before=payload.get("target_tokens"),
             schedule_origin=payload.get("schedule_origin"),
             best_bleu=payload.get("best_bleu"),
+            # (checkpoints from before the BLEU tie-break hold the lowest NLL of the improving validations: a tie
+            # must then beat that, which can only be stricter)
             best_loss=payload.get("best_loss", math.inf),
             bad_validations=payload.get("bad_validations", 0),
             dev=payload.get("dev"),

@@ -97,6 +97,32 @@ def test_prune_drops_superseded_off_grid_checkpoints_and_stale_temporaries(tmp_p
     assert checkpointing.remove_stale_temporaries(run) == [stale] and not stale.exists()
 
 
+def test_averaging_fewer_checkpoints_than_asked_names_the_real_cause(tmp_path):
+    """30 updates saved every 5 wrote 6 checkpoints: with train.average_last 10 (and keep_last 10, which pruned none)
+    the warning says the run was too short for 10, not that keep_last kept only 6; when more were written than are
+    left, it says they were deleted."""
+    from rpr_mt.config import TrainConfig
+
+    run = tmp_path / "run"
+    for step in range(5, 31, 5):
+        ckpt.save_checkpoint({**payload(step), "step": step, "vocab": {"size": 4, "fingerprint": "f"}},
+                             ckpt.step_checkpoint_path(run, step))
+
+    class Messages(list):
+        message = list.append
+
+    messages = Messages()
+    checkpointing.average_last(run, TrainConfig(save_every=5, keep_last=10, average_last=10), messages)
+    assert messages[0] == (f"warning: train.average_last is 10 but {run} has only 6 numbered checkpoint(s): the run's "
+                           "30 updates at train.save_every 5 wrote only 6; averaging 6")
+    assert "keep_last" not in messages[0]
+    assert ckpt.load_checkpoint(ckpt.checkpoint_dir(run) / "checkpoint_avg.pt")["averaged_steps"] == [5, 10, 15, 20,
+                                                                                                     25, 30]
+    messages.clear()
+    checkpointing.average_last(run, TrainConfig(save_every=2, keep_last=10, average_last=10), messages)
+    assert "has only 6 numbered checkpoint(s): the others were deleted" in messages[0]
+
+
 def test_resume_survives_an_empty_config_and_another_spelling_of_the_path(tmp_path, demo_data, monkeypatch):  # noqa: F811
     run = tmp_path / "run"
     raw = tiny(demo_data, run, train={"max_steps": 8, "save_every": 4, "validate_every": 100})

@@ -104,16 +104,37 @@ def test_validations_move_the_best_scores_and_the_patience_count():
     state = TrainState(step=6)
     assert state.add_validation({"step": 6, "nll": 3.0, "bleu": 10.0})
     assert (state.best_bleu, state.best_loss, state.bad_validations) == (10.0, 3.0, 0)
-    assert not state.add_validation({"step": 12, "nll": 2.0, "bleu": 10.0})  # BLEU decides; a tie is no gain
+    assert not state.add_validation({"step": 12, "nll": 2.0, "bleu": 9.0})  # BLEU decides, before the loss
     assert (state.best_bleu, state.best_loss, state.bad_validations) == (10.0, 3.0, 1)
-    assert state.add_validation({"step": 18, "nll": 2.5, "bleu": 11.0})
-    assert (state.best_bleu, state.best_loss, state.bad_validations) == (11.0, 2.5, 0)
+    assert state.add_validation({"step": 18, "nll": 3.5, "bleu": 11.0})
+    assert (state.best_bleu, state.best_loss, state.bad_validations) == (11.0, 3.5, 0)
     assert state.dev["step"] == 18
 
     no_bleu = TrainState()  # train.valid_bleu off: the dev NLL decides
     assert no_bleu.add_validation({"step": 6, "nll": 3.0, "bleu": None})
     assert not no_bleu.add_validation({"step": 12, "nll": 3.5, "bleu": None})
     assert (no_bleu.best_bleu, no_bleu.best_loss, no_bleu.bad_validations) == (None, 3.0, 1)
+
+
+def test_at_equal_bleu_a_lower_dev_loss_is_an_improvement():
+    """A tiny run's dev BLEU stays 0.00 while its loss falls: each validation with a lower loss is the new best (and
+    resets the patience count), not the first one measured."""
+    state = TrainState()
+    for step, nll in ((10, 4.652), (20, 4.188), (30, 4.054)):
+        assert state.add_validation({"step": step, "nll": nll, "bleu": 0.0})
+        assert (state.best_bleu, state.best_loss, state.bad_validations) == (0.0, nll, 0)
+    assert not state.add_validation({"step": 40, "nll": 4.054, "bleu": 0.0})  # the same scores again: no gain
+    assert not state.add_validation({"step": 50, "nll": 4.3, "bleu": 0.0})
+    assert (state.best_bleu, state.best_loss, state.bad_validations) == (0.0, 4.054, 2)
+
+    # the tie is judged against the best validation's loss, not the lowest loss seen: here the better BLEU came
+    # with a higher loss, and the same BLEU at a loss between the two improves on it
+    state = TrainState()
+    assert state.add_validation({"step": 10, "nll": 3.0, "bleu": 10.0})
+    assert state.add_validation({"step": 20, "nll": 3.6, "bleu": 12.0})
+    assert state.best_loss == 3.6
+    assert state.add_validation({"step": 30, "nll": 3.3, "bleu": 12.0})
+    assert (state.best_bleu, state.best_loss, state.bad_validations) == (12.0, 3.3, 0)
 
 
 def test_totals_and_the_budget_schedule_origin():
