@@ -155,8 +155,8 @@ def train(
         help="Progress bar with the time left (default: only when stderr is a terminal; else plain log lines)."),
     more_steps: Optional[int] = typer.Option(
         None, "--more-steps", metavar="N",
-        help="Continue the run's latest checkpoint for N more updates (max_steps becomes its update + N; "
-             "max_epochs, max_time and patience are lifted)."),
+        help="Continue a finished run's latest checkpoint for N more updates (max_steps becomes its update + N; "
+             "max_epochs, max_time and patience are lifted); an unfinished run resumes without it."),
 ) -> None:
     """Train a model; re-running the same command into the same run directory resumes it."""
     from rpr_mt.train.trainer import train as run_training

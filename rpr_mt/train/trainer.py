@@ -103,11 +103,12 @@ def train(
 ) -> TrainResult:
     """Train (or resume) the run described by ``cfg``; see the module docstring.
 
-    ``more_steps``: continue the run's latest checkpoint for exactly this many more updates (fairseq users raise
-    ``--max-update``): train.max_steps becomes that checkpoint's update + more_steps, and max_epochs, max_time and
-    patience no longer stop the run. A step-based schedule is evaluated with the new max_steps, as if the run had
-    been planned that long (``cosine`` therefore rises again); the time-based ``budget`` schedule cannot be extended
-    this way (raise train.max_time instead).
+    ``more_steps``: continue a finished run's latest checkpoint for exactly this many more updates (fairseq users
+    raise ``--max-update``): train.max_steps becomes that checkpoint's update + more_steps, and max_epochs, max_time
+    and patience no longer stop the run. A run that ``cfg``'s stopping rules have not finished is refused (resuming
+    it is the plain command), and so is ``overwrite`` with it. A step-based schedule is evaluated with the new
+    max_steps, as if the run had been planned that long (``cosine`` therefore rises again); the time-based ``budget``
+    schedule cannot be extended this way (raise train.max_time instead).
     """
     with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: its directory's lock
         return _train(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps,
@@ -120,6 +121,9 @@ def _train(
 ) -> TrainResult:
     if more_steps is not None and more_steps < 1:
         raise UserError(f"--more-steps must be >= 1 (got {more_steps})")
+    if more_steps is not None and overwrite:  # refused before --overwrite below deletes the run it would continue
+        raise UserError(f"--more-steps continues the run in {cfg.train.run_dir} and --overwrite deletes it: pass one "
+                        "or the other")
     t = cfg.train
     start_time = time.monotonic()
     if t.num_threads is not None:
@@ -197,6 +201,10 @@ def _train(
     if len(train_indices) == 0:
         raise UserError(f"no training pair in {data_dir} is non-empty with both sides within {cap}")
     dropped = len(train_data) - len(train_indices)
+    if t.patience is not None and dev_data is None and more_steps is None:  # (--more-steps lifts patience)
+        # Not an error: max_steps, max_epochs or max_time (one is required) still end the run.
+        log(f"warning: train.patience is {t.patience} but {data_dir} has no dev split: nothing is validated, so "
+            "patience cannot stop the run")
 
     model = initial_model(cfg, vocab).to(device)
     n_params = count_parameters(model)
@@ -223,14 +231,21 @@ def _train(
             log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
     elif t.init_from is not None:
         init_from(t, model, optimizer, vocab_info, data_dir, log)
+    batches = BatchStream(train_data, train_indices, t, model, dd, state)  # reads only max_tokens and seed of t
+    # Whether the run is finished by the stopping rules of this command's config (those in effect before
+    # --more-steps lifts them): a finished run is not trained again, an unfinished one is not extended.
+    finished = _stop_reason(t, state, dd, device, batches.epoch_done) if found is not None else ""
     if more_steps is not None:
         if found is None:  # every checkpoint is corrupt (each was named above)
             raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
+        if not finished:  # N more than its latest checkpoint would shorten the run and its step-based schedule
+            target = _unfinished_target(t, state, batches.epoch_done)
+            raise UserError(f"--more-steps: {run_dir} is not finished: {target}; run the same command without "
+                            "--more-steps to resume it")
         t = dataclasses.replace(t, max_steps=state.step + more_steps, max_epochs=None, max_time=None, patience=None)
         cfg = dataclasses.replace(cfg, train=t)
         log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")
-    batches = BatchStream(train_data, train_indices, t, model, dd, state)
-    if found is not None and (finished := _stop_reason(t, state, dd, device, batches.epoch_done)):
+    elif finished:
         # The command of a finished run, again: validating, saving or rewriting config.yaml would change the run
         # (its patience count, its config's stopping rules, a duplicate dev record) without training it.
         more = ("--set train.max_time=SECONDS (a larger total) trains longer" if t.lr_schedule == "budget"
@@ -264,8 +279,12 @@ def _train(
                 stopped_by = "signal"
                 break
 
-            # forward and backward over update_freq micro-batches (gradients accumulate)
-            micro = [batches.next() for _ in range(t.update_freq)]
+            # forward and backward over update_freq micro-batches (gradients accumulate). An update does not span
+            # two epochs (as in fairseq): the epoch's last one takes only the batches left, so max_epochs stops at the
+            # epoch's end and a run resumed there groups its batches as an uninterrupted one does.
+            micro = [batches.next()]
+            while len(micro) < t.update_freq and not batches.epoch_done:
+                micro.append(batches.next())
             update_tokens = sum(b.global_tgt_tokens for b in micro)
             lr = learning_rate(t, cfg.model.d_model, state.step + 1, state.budget_progress(t.max_time))
             for group in optimizer.param_groups:
@@ -324,7 +343,11 @@ def _train(
                 checkpoints.save(state)
             window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
 
-    # -- the end: the last update validated, then its checkpoint, the average of the last checkpoints --------------
+    # -- the end: the last log window, the last update validated, then its checkpoint, the average of the last
+    # checkpoints. The window that the end cut short (off the log_every grid) is logged at the last update, whose
+    # checkpoint is saved below: a resumed run starts after it and does not log these updates again.
+    if window.updates:
+        window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger, device.type, last=True)
     if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
         validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
@@ -391,6 +414,18 @@ def _stop_reason(
     if t.patience is not None and state.bad_validations >= t.patience:
         return "patience"
     return ""
+
+
+def _unfinished_target(t: TrainConfig, state: TrainState, epoch_done: bool = False) -> str:
+    """Where an unfinished run trains to, in words: its stopping rules that end a run by themselves."""
+    targets = []
+    if t.max_steps is not None:
+        targets.append(f"to update {t.max_steps} (now at {state.step})")
+    if t.max_epochs is not None:
+        targets.append(f"for {t.max_epochs} epoch(s) ({state.epoch + int(epoch_done)} done)")
+    if t.max_time is not None:
+        targets.append(f"for {t.max_time:g}s (it has trained {state.elapsed_before:.0f}s)")
+    return "it trains " + " or ".join(targets)  # Config.validate requires one of them
 
 
 def _finished_because(reason: str, t: TrainConfig, state: TrainState, epoch_done: bool = False) -> str:

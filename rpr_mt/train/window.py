@@ -21,15 +21,20 @@ class LogWindow:
 
     def reset(self) -> None:
         self.loss, self.nll, self.tgt, self.src, self.start = 0.0, 0.0, 0, 0, time.monotonic()
+        self.updates = 0  # updates summed since the last log line
 
     def add(self, loss: float, nll: float, tgt: int, src: int) -> None:
+        self.updates += 1
         self.loss += loss
         self.nll += nll
         self.tgt += tgt
         self.src += src
 
     def log(self, state: TrainState, lr: float, elapsed: float, peak_mb: float, logger: Logger,
-            device_type: str) -> None:
+            device_type: str, last: bool = False) -> None:
+        """The line and record of the updates since the last one, at ``state.step``. ``last``: the run's last
+        window, cut short by its end (off the log_every grid): its rate is not fed to the slowdown check, which
+        could only warn as the run ends."""
         seconds = max(time.monotonic() - self.start, 1e-9)
         step = state.step
         record = {
@@ -42,7 +47,7 @@ class LogWindow:
             f"{record['tgt_tok_s']:,.0f} tgt tok/s | {record['src_tok_s']:,.0f} src tok/s | "
             f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
         logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}", "tok/s": f"{record['tgt_tok_s']:,.0f}"})
-        if not self.first and (reference := self.monitor.observe(record["tgt_tok_s"])) is not None:
+        if not self.first and not last and (reference := self.monitor.observe(record["tgt_tok_s"])) is not None:
             logger.message(slowdown_warning(record["tgt_tok_s"], reference, step, device_type, torch.get_num_threads()))
         self.first = False
         self.reset()

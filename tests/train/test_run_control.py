@@ -75,6 +75,41 @@ def test_more_steps_needs_a_checkpoint_and_a_step_based_schedule(tmp_path, demo_
         train(config_from_dict(raw), progress=False, more_steps=0)
 
 
+def test_more_steps_refuses_an_unfinished_run_and_changes_nothing(tmp_path, demo_data):
+    """--more-steps on a run that its command has not finished counted N from the latest checkpoint: it shortened
+    the run (config.yaml's max_steps 8 became 4 + 2) and squeezed a step-based schedule into those updates, until the
+    plain command went back to 8. It is refused, naming where the run trains to, before anything is written."""
+    run_dir = tmp_path / "run"
+    raw = tiny(demo_data, run_dir, train={"max_steps": 4, "validate_every": 100, "valid_bleu": False})
+    run(raw, progress=False)
+    before = files(run_dir)
+    for limits, target in (({"max_steps": 8}, r"it trains to update 8 \(now at 4\)"),
+                           ({"max_steps": None, "max_epochs": 1}, r"it trains for 1 epoch\(s\) \(0 done\)"),
+                           ({"max_steps": None, "max_time": 3600}, r"it trains for 3600s \(it has trained \d+s\)")):
+        unfinished = {**raw, "train": {**raw["train"], **limits}}
+        with pytest.raises(UserError, match=rf"^--more-steps: {re.escape(str(run_dir))} is not finished: {target}; "
+                                            r"run the same command without --more-steps to resume it$"):
+            run(unfinished, progress=False, more_steps=2)
+        assert files(run_dir) == before
+    result, _ = run(raw, progress=False, more_steps=2)  # finished by its command's max_steps: continued
+    assert result.step == 6 and result.max_steps == 6
+
+
+def test_more_steps_with_overwrite_is_refused_before_the_run_is_deleted(tmp_path, demo_data):
+    """--overwrite deleted the run (another config) that --more-steps was then to continue, and failed for want of a
+    checkpoint. The pair contradicts itself and is refused first, whether or not the config differs."""
+    run_dir = tmp_path / "run"
+    raw = tiny(demo_data, run_dir, train={"max_steps": 2, "valid_bleu": False})
+    run(raw, progress=False)
+    before = files(run_dir)
+    other = tiny(demo_data, run_dir, model={"clip": 2}, train={"max_steps": 2, "valid_bleu": False})
+    for config in (other, raw):
+        with pytest.raises(UserError, match=rf"^--more-steps continues the run in {re.escape(str(run_dir))} and "
+                                            r"--overwrite deletes it: pass one or the other$"):
+            run(config, progress=False, more_steps=2, overwrite=True)
+        assert files(run_dir) == before
+
+
 # -- fine-tuning from a checkpoint --------------------------------------------------------------------------------------
 
 
@@ -176,6 +211,65 @@ def test_the_last_update_is_validated_before_its_checkpoint_is_written_once(tmp_
         assert files(run_dir) == before
 
 
+def train_steps(run_dir: Path) -> list[int]:
+    return [r["step"] for r in metrics(run_dir) if "loss" in r]
+
+
+def fixed_validation(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints) -> None:
+    """A validation whose dev NLL never changes: the first improves on none, each later one is a bad one."""
+    state.add_validation({"step": state.step, "nll": 1.0, "bleu": None})
+
+
+@pytest.mark.parametrize("stop, sections, steps", [
+    ("max_steps", {"max_steps": 12}, [1, 5, 10, 12]),
+    ("max_epochs", {"max_steps": None, "max_epochs": 1}, [1, 5, 10, 15, 20, 24]),  # the epoch's 24 batches
+    ("patience", {"max_steps": 100, "validate_every": 3, "patience": 1}, [1, 5, 6]),
+])
+def test_the_last_log_window_is_logged_when_the_run_ends_off_the_log_grid(tmp_path, demo_data, monkeypatch, stop,
+                                                                          sections, steps):
+    """The updates after the last multiple of log_every were never logged (up to log_every - 1 updates of train
+    loss missing from metrics.jsonl, TensorBoard and `rpr-mt plot`): the end logs them at its update."""
+    monkeypatch.setattr(trainer, "validate", fixed_validation)
+    raw = tiny(demo_data, tmp_path / "run", train={"log_every": 5, "save_every": 1000, "validate_every": 1000,
+                                                    "valid_bleu": False, **sections})
+    result, err = run(raw, progress=False)
+    assert result.stopped_by == stop and train_steps(tmp_path / "run") == steps == [*steps[:-1], result.step]
+    assert f"update {result.step} | epoch 1 | loss" in err
+    if stop == "max_steps":  # the window holds updates 11 and 12 alone: the same record as a log_every 2 run's
+        run(tiny(demo_data, tmp_path / "other", train={**raw["train"], "run_dir": str(tmp_path / "other"),
+                                                        "log_every": 2}), progress=False)
+        ours, theirs = ([r for r in metrics(tmp_path / name) if "loss" in r][-1] for name in ("run", "other"))
+        assert (ours["step"], ours["loss"], ours["nll"]) == (theirs["step"], theirs["loss"], theirs["nll"])
+
+
+def test_a_run_stopped_off_the_log_grid_logs_its_last_window_once(tmp_path, demo_data, monkeypatch):
+    """A signal after update 7 (log_every 5): the stop logs updates 6-7 at 7, and the resumed run starts after its
+    checkpoint at 7, so no update is logged twice; the command of the finished run again logs nothing."""
+    import os
+    import signal
+
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 12, "log_every": 5, "save_every": 1000,
+                                                    "validate_every": 1000, "valid_bleu": False})
+    real_step, updates = torch.optim.Adam.step, []
+
+    def step_then_signal(self, *args, **kwargs):
+        out = real_step(self, *args, **kwargs)
+        updates.append(1)
+        if len(updates) == 7:
+            os.kill(os.getpid(), signal.SIGTERM)
+        return out
+
+    with monkeypatch.context() as patch:
+        patch.setattr(torch.optim.Adam, "step", step_then_signal)
+        stopped, _ = run(raw, progress=False)
+    assert stopped.stopped_by == "signal" and stopped.step == 7
+    assert train_steps(tmp_path / "run") == [1, 5, 7]
+    assert run(raw, progress=False)[0].step == 12
+    assert train_steps(tmp_path / "run") == [1, 5, 7, 10, 12]
+    run(raw, progress=False)
+    assert train_steps(tmp_path / "run") == [1, 5, 7, 10, 12]
+
+
 def test_the_summary_is_the_last_line_after_the_progress_bar(finished):
     _, err = finished
     screen = [line.split("\r")[-1] for line in err.rstrip().split("\n")]
@@ -244,6 +338,19 @@ def test_average_last_with_fewer_checkpoints_warns(finished):
     assert "warning: train.average_last is 5 but" in err and "averaging 3" in err
     averaged = ckpt.load_checkpoint(ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt")
     assert averaged["averaged_steps"] == [4, 8, 12]
+
+
+def test_patience_without_a_dev_split_is_named_at_the_start(tmp_path, demo_data):
+    """No dev split, no validation: train.patience could never stop the run, and nothing said so."""
+    raw = tiny(tmp_path / "data", tmp_path / "run", data={"demo_sizes": {"train": 400}},
+               train={"max_steps": 2, "patience": 3})
+    result, err = run(raw, progress=False)
+    assert result.stopped_by == "max_steps"
+    assert (f"warning: train.patience is 3 but {tmp_path / 'data'} has no dev split: nothing is validated, so "
+            "patience cannot stop the run") in err
+    _, err = run(tiny(demo_data, tmp_path / "with_dev", train={"max_steps": 2, "patience": 3, "valid_bleu": False}),
+                 progress=False)
+    assert "train.patience" not in err
 
 
 # -- the slowdown warning ----------------------------------------------------------------------------------------------

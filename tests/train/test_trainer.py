@@ -398,6 +398,35 @@ def test_max_epochs_stops_at_the_epochs_last_batch_and_a_rerun_is_finished(tmp_p
     assert len(ckpt.list_step_checkpoints(tmp_path / "run")) == 1
 
 
+def test_max_epochs_with_update_freq_trains_one_pass_and_resumes_as_planned(tmp_path, demo_data):
+    """update_freq 5 over an epoch of 24 batches: the epoch's last update takes its 4 batches left (as in fairseq),
+    not 1 of the next epoch too, so max_epochs 1 trains exactly one pass (before: 'update 5 (epoch 2)'). Every epoch
+    ends so, so the run resumed there for a second epoch equals one planned for two from the start."""
+    from rpr_mt.data.binarize import load_split
+    from rpr_mt.train.batching import make_batches, usable_examples
+
+    sections = {"max_steps": None, "max_epochs": 1, "update_freq": 5, "lr_schedule": "inverse_sqrt",
+                "save_every": 1000, "validate_every": 1000, "valid_bleu": False}
+    cfg = config_from_dict(tiny(demo_data, tmp_path / "run", train=sections))
+    data = load_split(demo_data, "train")
+    epochs = [make_batches(data, usable_examples(data, cfg.model.max_positions), cfg.train.max_tokens,
+                           cfg.train.seed, epoch) for epoch in (0, 1)]
+    assert [len(batches) for batches in epochs] == [24, 24]  # 4 updates of 5 batches, then one of 4, each epoch
+    epoch = epochs[0]
+    result = train(cfg, progress=False)
+    assert result.stopped_by == "max_epochs" and (result.step, result.epoch) == (5, 0)
+    assert result.target_tokens == sum(int(data.tgt_lengths[i]) + 1 for rows in epoch for i in rows)
+    saved = ckpt.load_checkpoint(ckpt.list_step_checkpoints(tmp_path / "run")[-1])
+    assert (saved["epoch"], saved["position"]) == (0, len(epoch))
+
+    two = {**sections, "max_epochs": 2}
+    for run_dir in ("run", "whole"):  # resumed for a second epoch; both epochs in one go
+        assert train(config_from_dict(tiny(demo_data, tmp_path / run_dir, train=two)), progress=False).step == 10
+    a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "run")
+    for key in a:
+        assert torch.equal(a[key], b[key]), key
+
+
 def test_changing_save_every_on_resume_keeps_the_checkpoints_of_the_old_grid(tmp_path, demo_data):
     """save_every may change on resume (RESUMABLE_TRAIN_KEYS); the checkpoints saved on the old grid are regular
     ones, not an interrupted run's, and stay (before: 5 and 15 were deleted as off the new grid of 10)."""
