@@ -150,6 +150,26 @@ def changed_since_prepared(config: DataConfig) -> Optional[str]:
     return _changed_since(config, manifest)
 
 
+def settings_changed_since_prepared(config: DataConfig) -> Optional[str]:
+    """Like ``changed_since_prepared``, for the data settings alone (``data.vocab_size 100 -> 120``): the directory
+    was prepared since with other settings, e.g. for another config sharing its ``data.output_dir``, while the
+    inputs may be the same."""
+    out = Path(config.output_dir)
+    try:
+        manifest = read_manifest(out) if (out / MANIFEST).is_file() else None
+    except UserError:
+        return None
+    return None if manifest is None else _settings_changed(config, manifest)
+
+
+def _settings_changed(config: DataConfig, manifest: dict[str, Any]) -> Optional[str]:
+    old, new = manifest.get("config", {}), relevant_config(config)
+    for key in sorted(set(old) | set(new)):
+        if old.get(key) != new.get(key):
+            return f"data.{key} {_short(old.get(key))} there, {_short(new.get(key))} in this config"
+    return None
+
+
 def _changed_since(config: DataConfig, manifest: dict[str, Any]) -> Optional[str]:
     if manifest.get("format_version") != FORMAT_VERSION:
         return f"prepared with data format {manifest.get('format_version')}, this rpr-mt uses {FORMAT_VERSION}"
@@ -214,7 +234,8 @@ def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:
                 progress=progress, desc=f"reading {name}", total=reader.total,
             )
         if train:
-            require_some_kept(stats, reader.origin, config.max_words, config.max_length_ratio)  # the summary says how many
+            # how many were kept and dropped: the summary at the end says it
+            require_some_kept(stats, reader.origin, config.max_words, config.max_length_ratio)
         elif stats.read == 0:
             raise UserError(f"the {name} split of {reader.origin} is empty")
         clean[name] = stats

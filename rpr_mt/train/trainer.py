@@ -33,7 +33,7 @@ from torch import nn
 from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
 from rpr_mt.data.binarize import ids_file, load_split
-from rpr_mt.data.prepare import changed_since_prepared, check_prepared, prepare
+from rpr_mt.data.prepare import changed_since_prepared, check_prepared, prepare, settings_changed_since_prepared
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
@@ -175,6 +175,14 @@ def _train(
         if diffs and not overwrite:
             refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
                        "pass --overwrite to delete that run (its checkpoints too) or choose another train.run_dir")
+        elif changed and not overwrite and settings_changed_since_prepared(cfg.data):
+            # The run's config is unchanged, so another config prepared the shared directory since: this run's own
+            # settings and inputs rebuild what its checkpoints were trained on (the vocabulary check below confirms)
+            refusal = (f"{cfg.data.output_dir} was prepared since with other data settings than this run's "
+                       f"({settings_changed_since_prepared(cfg.data)}), probably for another run sharing it. "
+                       f"`rpr-mt prepare` with this run's config rebuilds the data {run_dir} was trained on (the same "
+                       "inputs and settings give the same vocabulary) but replaces the other run's: give each its own "
+                       "data.output_dir")
         elif changed and not overwrite:
             refusal = (f"{run_dir} holds checkpoints trained on the data in {cfg.data.output_dir}, but its inputs "
                        f"changed since ({changed}): preparing it again could change the vocabulary they need. To "

@@ -193,6 +193,23 @@ def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepare
     assert train(config_from_dict(raw), overwrite=True, progress=False).step == 3
 
 
+def test_data_prepared_since_by_another_config_is_said_as_that_not_as_a_reason_to_overwrite(tmp_path):
+    """Two configs shared one data.output_dir: the second prepared it with another vocabulary size, and resuming the
+    first was refused with advice to --overwrite (delete its checkpoints). It is now told what happened and that
+    `prepare` with its own config rebuilds its data, after which it resumes."""
+    raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
+    train(config_from_dict(raw), progress=False)
+    other = tiny(tmp_path / "data", tmp_path / "other", data={"vocab_size": 280}, train={"max_steps": 1})
+    prepare(config_from_dict(other).data, progress=False)
+    raw["train"]["max_steps"] = 3
+    with pytest.raises(UserError) as refused:
+        train(config_from_dict(raw), progress=False)
+    assert "was prepared since with other data settings than this run's (data.vocab_size 280 there, 300 in this " \
+           "config)" in str(refused.value) and "--overwrite" not in str(refused.value)
+    prepare(config_from_dict(raw).data, progress=False)
+    assert train(config_from_dict(raw), progress=False).step == 3
+
+
 def test_run_dir_from_before_a_config_key_existed_resumes(tmp_path, demo_data):
     """A run whose config.yaml predates the model.t5/xl/rope sections (and a nested key) is the same run at their
     defaults, and another run when one of them is set."""
