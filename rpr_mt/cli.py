@@ -362,7 +362,8 @@ def average_checkpoints_command(
             raise UserError(f"no numbered checkpoints in {folder}")
         if len(paths) < last:
             typer.echo(f"warning: --last {last}, but {inputs[0]} has only {len(paths)} numbered checkpoint(s) "
-                       f"(train.keep_last keeps that many); averaging {len(paths)}", err=True)
+                       f"(a run keeps the last train.keep_last of those it writes every train.save_every updates); "
+                       f"averaging {len(paths)}", err=True)
         output = output or folder / "checkpoint_avg.pt"
     else:
         paths = list(inputs)
