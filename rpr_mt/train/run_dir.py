@@ -89,6 +89,22 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     return diffs
 
 
+# What a validation's dev BLEU depends on besides the weights: changed on resume, the best checkpoint and patience
+# compare scores measured two ways.
+DEV_MEASURE_KEYS = ("train.valid_bleu", "train.valid_max_sentences", "train.valid_beam_size", "decode.length_penalty",
+                    "decode.max_len_a", "decode.max_len_b", "decode.min_length")
+
+
+def dev_measure_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
+    """``key: old -> new`` for each setting of ``DEV_MEASURE_KEYS`` that differs (one ``old`` lacks, at its default,
+    does not)."""
+    sections = _section_paths(Config())
+    defaults = _flat(config_to_dict(Config()), sections)
+    old, new = _flat(old, sections), _flat(new, sections)
+    return [f"{name}: {old.get(name, defaults.get(name))!r} -> {new.get(name)!r}" for name in DEV_MEASURE_KEYS
+            if old.get(name, defaults.get(name)) != new.get(name)]
+
+
 def _section_paths(config: Any, prefix: str = "") -> set[str]:
     """Dotted paths of the config's sections, nested ones included: {"data", "model", "model.t5", ...}."""
     paths = set()

@@ -46,8 +46,8 @@ from rpr_mt.train.init_from import init_from
 from rpr_mt.train.logger import Logger
 from rpr_mt.train.loss import TranslationLoss
 from rpr_mt.train.optimizer import build_optimizer
-from rpr_mt.train.run_dir import RunDirLock, check_run_dir, config_differences, remove_previous_run, \
-    saved_config
+from rpr_mt.train.run_dir import RunDirLock, check_run_dir, config_differences, dev_measure_changes, \
+    remove_previous_run, saved_config
 from rpr_mt.train.schedule import learning_rate
 from rpr_mt.train.signals import StopSignal
 from rpr_mt.train.state import TrainState
@@ -172,6 +172,10 @@ def _train(
     if dd.is_main and has_run:
         old = saved_config(config_path, run_dir, log)
         diffs = config_differences(old, config_to_dict(cfg))
+        measure = dev_measure_changes(old, config_to_dict(cfg)) if old and not diffs and not overwrite else []
+        if measure:
+            log(f"warning: the dev BLEU of {run_dir} is measured differently from now on ({'; '.join(measure)}): "
+                "its best checkpoint and patience compare new validations with a best score measured the old way")
         if diffs and not overwrite:
             refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
                        "pass --overwrite to delete that run (its checkpoints too) or choose another train.run_dir")

@@ -370,3 +370,20 @@ def test_trainer_feeds_each_log_window_but_the_first_to_the_monitor_and_warns_on
     logged = [r["tgt_tok_s"] for r in metrics(tmp_path / "run") if "tgt_tok_s" in r]  # updates 1, 2, 4, ..., 16
     assert seen == logged[1:]
     assert err.count("warning: training slowed") == 1 and "this run's early 123,456" in err
+
+
+def test_a_dev_measure_changed_on_resume_is_said(tmp_path, demo_data):
+    """valid_max_sentences, valid_beam_size and the decode settings of validation may change between invocations,
+    but then the best checkpoint and patience compare BLEU measured two ways: the resume says so, once."""
+    run = tmp_path / "run"
+    train(config_from_dict(tiny(demo_data, run, train={"max_steps": 2})), progress=False)
+    unchanged, changed = io.StringIO(), io.StringIO()
+    with contextlib.redirect_stderr(unchanged):
+        train(config_from_dict(tiny(demo_data, run, train={"max_steps": 3})), progress=False)
+    with contextlib.redirect_stderr(changed):
+        train(config_from_dict(tiny(demo_data, run, train={"max_steps": 4, "valid_max_sentences": 8},
+                                    decode={"length_penalty": 1.0})), progress=False)
+    assert "measured differently" not in unchanged.getvalue()
+    warnings = [line for line in changed.getvalue().splitlines() if "measured differently" in line]
+    assert len(warnings) == 1 and "train.valid_max_sentences: 5 -> 8" in warnings[0] \
+        and "decode.length_penalty: 0.6 -> 1.0" in warnings[0]
