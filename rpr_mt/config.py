@@ -267,6 +267,7 @@ class Config:
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(dec.min_length >= 0, f"decode.min_length must be >= 0 (got {dec.min_length})")
+        _require(t.seed >= 0, f"train.seed must be >= 0 (got {t.seed})")  # numpy's generators take no negative seed
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
         _require(dec.buffer_lines > 0, "decode.buffer_lines must be positive")
         return self

@@ -191,3 +191,12 @@ def test_data_splits_are_refused_where_the_source_does_not_read_them(source):
         load_config(None, [f"data.source={source}", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
     cfg = load_config(None, ["data.source=files", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
     assert cfg.data.splits["train"].src == "x.en"
+
+
+def test_a_negative_seed_is_a_config_error():
+    """numpy's generators refuse it: it ended in a traceback when the first batches were drawn."""
+    from rpr_mt.config import config_from_dict
+    from rpr_mt.errors import UserError
+
+    with pytest.raises(UserError, match=r"train.seed must be >= 0 \(got -1\)"):
+        config_from_dict({"train": {"seed": -1}})

@@ -381,11 +381,12 @@ def run_sweep(
     starts: work that follows a run, such as the study's long sets, is then done run by run, not left to the end."""
     overrides = list(overrides or [])
     runs = plan_runs(config_path, tables, seeds, overrides)
-    write_plan(root, config_path, overrides, runs)
     wanted = set(only or [])
     unknown = wanted - {run.directory for run in runs}
-    if unknown:
-        raise UserError(f"--only {sorted(unknown)[0]!r} is not a run of this sweep (see --list)")
+    if unknown:  # before the plan is written: a typo must leave the root as it was
+        raise UserError(f"--only {sorted(unknown)[0]!r} is not a run of this sweep (the runs: "
+                        f"{', '.join(run.directory for run in runs[:4])}{', ...' if len(runs) > 4 else ''})")
+    write_plan(root, config_path, overrides, runs)
     for index, run in enumerate(runs, 1):
         if wanted and run.directory not in wanted:
             continue

@@ -239,3 +239,10 @@ def test_a_base_config_edited_since_the_plan_is_one_error_naming_the_change(base
     with pytest.raises(UserError, match=rf"changed since this sweep planned its runs .*\(train\.peak_lr: {before} -> "
                                         r"0\.00123\): .*another --root"):
         write_plan(root, config, [], plan_runs(config, ["positions"], [1], []))
+
+
+def test_a_mistyped_only_leaves_the_root_untouched(base_config, tmp_path):
+    root = tmp_path / "root"
+    with pytest.raises(UserError, match=r"--only .bse/seed1. is not a run of this sweep \(the runs: .*base/seed1"):
+        run_sweep(base_config, root, ["positions"], [1], only=["bse/seed1"], log=lambda _: None)
+    assert not (root / "plan.json").exists()
