@@ -341,8 +341,11 @@ def export_ctranslate2(
     model, vocab = model_from_payload(payload, config, resolved)  # the same checks and errors as translate
     spec = build_spec(model, vocab)
 
-    output.parent.mkdir(parents=True, exist_ok=True)
-    workdir = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    try:
+        output.parent.mkdir(parents=True, exist_ok=True)
+        workdir = Path(tempfile.mkdtemp(prefix=f".{output.name}.", suffix=".tmp", dir=output.parent))
+    except OSError as exc:  # no such parent that can be made, a file in the way, no permission
+        raise UserError(f"--output {output}: cannot create it there ({exc.strerror or exc})") from None
     try:
         staged = workdir / "model"
         _spec_converter(spec).convert(str(staged), quantization=quantization)

@@ -173,6 +173,19 @@ def test_existing_output_is_replaced_only_with_force_and_only_if_a_model(tmp_pat
         export_ctranslate2(second, tmp_path / "other", quantization="int3")
 
 
+def test_an_output_that_cannot_be_created_is_one_error(tmp_path, export_data, monkeypatch):
+    """The output's directory cannot be made (a read-only or virtual file system, e.g. /proc): a traceback from
+    mkdir before."""
+    path = random_checkpoint(export_data, tmp_path / "m.pt", positions="none")
+
+    def refuse(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(export, "tempfile", type("NoTempDirs", (), {"mkdtemp": staticmethod(refuse)}))
+    with pytest.raises(UserError, match=r"--output .*ct2: cannot create it there \(Permission denied\)"):
+        export_ctranslate2(path, tmp_path / "out" / "ct2")
+
+
 def test_failed_export_leaves_the_previous_model_and_no_partial_one(tmp_path, export_data, monkeypatch):
     path = random_checkpoint(export_data, tmp_path / "m.pt", positions="none")
     out = tmp_path / "out" / "ct2"
