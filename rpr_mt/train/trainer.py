@@ -170,20 +170,21 @@ def _train(
     # prepared again: the same inputs give the same vocabulary.)
     changed = changed_since_prepared(cfg.data) if dd.is_main and has_checkpoints else None
     if dd.is_main and has_run:
-        old = saved_config(config_path, run_dir, log)
-        diffs = config_differences(old, config_to_dict(cfg))
-        measure = dev_measure_changes(old, config_to_dict(cfg)) if old and not diffs and not overwrite else []
+        old, new = saved_config(config_path, run_dir, log), config_to_dict(cfg)
+        diffs = config_differences(old, new)
+        measure = dev_measure_changes(old, new) if old and not diffs and not overwrite else []
+        other_settings = settings_changed_since_prepared(cfg.data) if changed else None
         if measure:
             log(f"warning: the dev BLEU of {run_dir} is measured differently from now on ({'; '.join(measure)}): "
                 "its best checkpoint and patience compare new validations with a best score measured the old way")
         if diffs and not overwrite:
             refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
                        "pass --overwrite to delete that run (its checkpoints too) or choose another train.run_dir")
-        elif changed and not overwrite and settings_changed_since_prepared(cfg.data):
+        elif changed and not overwrite and other_settings:
             # The run's config is unchanged, so another config prepared the shared directory since: this run's own
             # settings and inputs rebuild what its checkpoints were trained on (the vocabulary check below confirms)
             refusal = (f"{cfg.data.output_dir} was prepared since with other data settings than this run's "
-                       f"({settings_changed_since_prepared(cfg.data)}), probably for another run sharing it. "
+                       f"({other_settings}), probably for another run sharing it. "
                        f"`rpr-mt prepare` with this run's config rebuilds the data {run_dir} was trained on (the same "
                        "inputs and settings give the same vocabulary) but replaces the other run's: give each its own "
                        "data.output_dir")
