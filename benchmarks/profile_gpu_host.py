@@ -18,7 +18,7 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_gpu_attention, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_gpu_attention, bench_triton_launch, beside this file
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -31,14 +31,10 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     from rpr_mt.model.kernels import relative_attention
 
-    gen = torch.Generator().manual_seed(0)
-    H, L, d, c = 8, 16, 64, 16
-    qkv = torch.randn(1, L, 3, H, d, generator=gen).to("cuda", torch.bfloat16).requires_grad_()
-    q, k, v = qkv.permute(2, 0, 3, 1, 4).unbind(0)
-    rel_k, rel_v = ((torch.randn(H, 2 * c + 1, d, generator=gen) * d**-0.5).to("cuda", torch.bfloat16)
-                    .requires_grad_() for _ in range(2))
-    grad_out = torch.randn(1, H, L, d, generator=gen).to("cuda", torch.bfloat16)
-    mask = torch.ones(1, 1, 1, L, dtype=torch.bool, device="cuda")
+    from bench_triton_launch import SHAPE, tiny_call
+
+    q, k, v, rel_k, rel_v, grad_out, mask = tiny_call()
+    c = SHAPE[3]
     from rpr_mt.model.kernels.triton_shaw import unavailable_reason
 
     if unavailable_reason(q) is not None:

@@ -54,6 +54,7 @@ import torch
 from torch import Tensor
 
 from rpr_mt.errors import UserError
+from rpr_mt.model.kernels.triton_launch import Launcher, direct_launch_supported
 
 try:
     import triton
@@ -542,9 +543,9 @@ if triton is not None:
         gradient. fold(dS) goes through FDS like fold(P) through FOLD in the forward pass.
 
         Table gradients: fold(dS)^T q * scale and fold(P)^T dO of the block, atomically added into DAK, DAV
-        ([H or 1, NB, BD], head strides swk_h, swv_h: 0 for a shared table). BIAS_GRAD: 0 none, 1 a plain store (bias of
-        full shape), 2 atomic adds into a bias broadcast over some dims (ROW_BC: over queries, COL_BC: over keys;
-        those are summed in the tile first)."""
+        ([H or 1, 2k+1, D], head strides swk_h, swv_h: 0 for a shared table). BIAS_GRAD: 0 none, 1 a plain store
+        (bias of full shape), 2 atomic adds into a bias broadcast over some dims (ROW_BC: over queries, COL_BC: over
+        keys; those are summed in the tile first)."""
         pid_m, pid_bh, b, h = _program(Lq, H, BM)
         m0 = pid_m * BM
         rm = m0 + tl.arange(0, BM)
@@ -601,7 +602,7 @@ if triton is not None:
                     tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
                                   mask=row_ok[:, None] & col_ok[None, :])
         scale = tl.load(S + 2)
-        grads = rb[:, None] * BD + rd[None, :]  # [NB, BD] offsets into a head's rows of DAK, DAV
+        grads = rb[:, None] * D + rd[None, :]  # offsets into a head's [2k+1, D] rows of DAK, DAV
         if HAS_K:
             tl.debug_barrier()  # the interior of fold(dS) was stored by other threads of this program
             fds = tl.load(fds_rows[:, None] + rb[None, :], mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
@@ -633,6 +634,18 @@ if triton is not None:
 # ----------------------------------------------------------------------------------------------------------------------
 # Host side
 # ----------------------------------------------------------------------------------------------------------------------
+
+
+_LAUNCHERS: dict[int, Launcher] = {}
+
+
+def _launch(kernel, grid: tuple[int, ...]):
+    """``kernel[grid]`` through its ``Launcher`` (one per kernel object): a repeated launch skips Triton's binding of
+    the ~50 arguments (``triton_launch``)."""
+    launcher = _LAUNCHERS.get(id(kernel))
+    if launcher is None or launcher.kernel is not kernel:
+        launcher = _LAUNCHERS[id(kernel)] = Launcher(kernel, direct_launch_supported(triton))
+    return launcher[grid]
 
 
 def _acc_dtype(dtype: torch.dtype) -> torch.dtype:
@@ -712,23 +725,24 @@ _SCALARS: dict[tuple, Tensor] = {}
 
 
 def _table_grad_buffers(
-    tables: tuple[Tensor | None, Tensor | None], needed: tuple[bool, bool], nb: int, bd: int, acc: torch.dtype
+    tables: tuple[Tensor | None, Tensor | None], needed: tuple[bool, bool], acc: torch.dtype
 ) -> list[Tensor | None]:
-    """Zeroed [H or 1, nb, bd] accumulators of the tables' gradients (the kernels add into them atomically), None
-    for a table that is absent or needs none; one allocation and one fill for both."""
+    """Zeroed [H or 1, 2k+1, d] accumulators of the tables' gradients (the kernels add into them atomically), None
+    for a table that is absent or needs none; one allocation and one fill for both. Contiguous and of the table's
+    shape: the gradient is returned as it is (no copy), in float32."""
     heads = [0 if t is None or not need else (1 if t.dim() == 2 else t.shape[0]) for t, need in zip(tables, needed)]
     if not any(heads):
         return [None, None]
     device = next(t.device for t in tables if t is not None)
-    parts = torch.zeros(sum(heads), nb, bd, dtype=acc, device=device).split(heads)
+    rows, dim = next(t.shape[-2:] for t in tables if t is not None)
+    parts = torch.zeros(sum(heads), rows, dim, dtype=acc, device=device).split(heads)
     return [part if rows else None for part, rows in zip(parts, heads)]
 
 
 def _table_grad(buffer: Tensor | None, table: Tensor | None) -> Tensor | None:
     if buffer is None or table is None:
         return None
-    grad = buffer[:, : table.shape[-2], : table.shape[-1]]
-    return (grad[0] if table.dim() == 2 else grad).to(table.dtype)
+    return (buffer[0] if table.dim() == 2 else buffer).to(table.dtype)
 
 
 class TritonShawAttention(torch.autograd.Function):
@@ -778,7 +792,7 @@ class TritonShawAttention(torch.autograd.Function):
         out = torch.empty(batch, q_len, heads, dim, dtype=q.dtype, device=q.device).transpose(1, 2)
         lse = empty(batch, heads, q_len)
         dummy = lse
-        _shaw_fwd[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
+        _launch(_shaw_fwd, (triton.cdiv(q_len, blocks.m) * batch * heads,))(
             q, k, v, *(dummy if t is None else t for t in (rel_k, rel_v, bias, mask_u8, keep_u8, dead_u8)), out, lse,
             dummy if qa is None else qa, dummy if folded is None else folded,
             *q.stride(), *k.stride(), *v.stride(), *out.stride(), *_table_strides(rel_k), *_table_strides(rel_v),
@@ -812,7 +826,7 @@ class TritonShawAttention(torch.autograd.Function):
         grad_q = torch.empty(batch, heads, q_len, dim, dtype=q.dtype, device=q.device)
         grad_k = torch.empty(batch, heads, k_len, dim, dtype=k.dtype, device=q.device)
         grad_v = torch.empty_like(grad_k)
-        grad_rel_k, grad_rel_v = _table_grad_buffers((rel_k, rel_v), ctx.needs_input_grad[3:5], nb, bd, acc)
+        grad_rel_k, grad_rel_v = _table_grad_buffers((rel_k, rel_v), ctx.needs_input_grad[3:5], acc)
         bias_grad, row_bc, col_bc, grad_bias = 0, False, False, None
         if bias is not None and ctx.needs_input_grad[5]:
             broadcast = [bias.shape[i] == 1 and full[i] > 1 for i in range(4)]
@@ -828,7 +842,7 @@ class TritonShawAttention(torch.autograd.Function):
                       PREC=constants["PREC"])
         blocks = tiles.dq
         launch = dict(BM=blocks.m, num_warps=blocks.warps, num_stages=blocks.stages)
-        _shaw_bwd_pre[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
+        _launch(_shaw_bwd_pre, (triton.cdiv(q_len, blocks.m) * batch * heads,))(
             out, grad_out, dummy if rel_v is None else rel_v, dead_, delta, g_,
             *out.stride(), *grad_out.stride(), *_table_strides(rel_v), *dead_strides, heads, q_len, dim, clip,
             **common, **launch,
@@ -838,17 +852,18 @@ class TritonShawAttention(torch.autograd.Function):
         kv_blocks = tiles.dkdv
         masks = (*_strides4(bias), *_strides4(mask_u8), *_strides4(keep_u8), *dead_strides)
         scalars_ = (heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0)
-        _shaw_bwd_dkdv[(triton.cdiv(k_len, kv_blocks.n) * batch * heads,)](
+        _launch(_shaw_bwd_dkdv, (triton.cdiv(k_len, kv_blocks.n) * batch * heads,))(
             q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, dead_, grad_k, grad_v,
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *masks, *scalars_, **common,
             BM=kv_blocks.m, BN=kv_blocks.n, num_warps=kv_blocks.warps, num_stages=kv_blocks.stages,
         )
-        _shaw_bwd_dq[(triton.cdiv(q_len, blocks.m) * batch * heads,)](
+        _launch(_shaw_bwd_dq, (triton.cdiv(q_len, blocks.m) * batch * heads,))(
             q, k, v, grad_out, qa_, g_, lse, delta, dummy if rel_k is None else rel_k,
             dummy if folded is None else folded, bias_, mask_, keep_, dead_, grad_q, dummy if fds is None else fds,
             dummy if grad_bias is None else grad_bias, *(dummy if t is None else t for t in (grad_rel_k, grad_rel_v)),
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *masks,
-            *_strides4(grad_bias), *(0 if g is None or g.shape[0] == 1 else nb * bd for g in (grad_rel_k, grad_rel_v)),
+            *_strides4(grad_bias),
+            *(0 if g is None or g.shape[0] == 1 else g.stride(0) for g in (grad_rel_k, grad_rel_v)),
             *scalars_,
             BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
             GRAD_V=grad_rel_v is not None, TDT=constants["TDT"], TPREC=constants["TPREC"], **common, BN=blocks.n,
@@ -930,12 +945,14 @@ _BYTE_POINTERS = {"Mask", "Keep", "Dead"}
 
 
 def compile_for(
-    arch: int = 90, dtype: str = "bf16", blocks: Blocks | None = None, dim: int = 64, clip: int = 16, **flags
+    arch: int = 90, dtype: str = "bf16", blocks: Blocks | None = None, dim: int = 64, clip: int = 16,
+    table_dtype: str = "fp32", **flags
 ) -> dict[str, dict]:
     """Compile the four attention kernels for CUDA compute capability ``arch`` (90: H100) without a GPU, as
     ``triton.compile`` does it at the first launch, and return per kernel the size of its cubin and, where the
     bundled ``cuobjdump`` can read it, registers per thread and stack (spill) bytes; ``shared`` is the dynamic shared
-    memory in bytes. ``flags`` set the constexpr options (HAS_K, HAS_V,
+    memory in bytes. ``table_dtype``: the tables' (float32: the model's parameters, read as they are under
+    autocast). ``flags`` set the constexpr options (HAS_K, HAS_V,
     HAS_BIAS, HAS_MASK, DROPOUT, BIAS_GRAD, ...; default: K+V, a mask, seeded dropout). Needs Triton without the
     interpreter (TRITON_INTERPRET unset)."""
     import re
@@ -971,7 +988,9 @@ def compile_for(
                 continue
             if name != "drop_p" and name not in _UNSPECIALIZED:
                 attrs[(index,)] = [["tt.divisibility", 16]]
-            if name in _BUCKET_POINTERS:
+            if name in ("AK", "AV"):
+                signature[name] = f"*{table_dtype}"
+            elif name in _BUCKET_POINTERS:
                 signature[name] = "*fp32"
             elif name in _BYTE_POINTERS:
                 signature[name] = "*u8"

@@ -201,3 +201,59 @@ def test_lengths_and_dropout_seeds_compile_each_kernel_once():
         step(length, seed, True)
     torch.cuda.synchronize()
     assert triton_shaw.compiled_variants() == before
+
+
+def test_direct_launches_take_a_new_variant_for_misaligned_tensors():
+    """The kernels are relaunched through their compiled variants (``triton_launch.Launcher``), keyed by what Triton
+    specializes on: q, k, v that start 4 bytes past a 16-byte boundary, between calls with aligned ones, must get a
+    variant compiled without the alignment hint, and every call must still match the reference."""
+    triton_shaw = triton_ready()
+    from rpr_mt.model.kernels.triton_launch import direct_launch_supported
+
+    if not direct_launch_supported(triton_shaw.triton):
+        pytest.skip("this Triton (or RPR_MT_TRITON_LAUNCH=jit) launches every call through kernel[grid]")
+    inputs = make_inputs(2, 4, 50, 50, 64, 16, True, True, True, seed=6)
+    mask = make_mask("padding", 2, 4, 50, 50, 0)
+    expected = run(inputs, "cpu", F64, "gather", clip=16, attn_mask=mask)
+
+    def misaligned(t: torch.Tensor) -> torch.Tensor:
+        flat = torch.empty(t.numel() + 1, dtype=torch.float32, device="cuda")
+        out = flat[1:].view(t.shape)
+        out.copy_(t)
+        return out
+
+    for shift in (False, True, False, True):
+        leaves = [t.detach().to("cuda", torch.float32) for t in inputs]
+        if shift:
+            leaves[:3] = [misaligned(t) for t in leaves[:3]]
+            assert all(t.data_ptr() % 16 != 0 for t in leaves[:3])
+        leaves = [t.requires_grad_() for t in leaves]
+        out = relative_attention(*leaves, clip=16, attn_mask=mask.cuda(), impl="triton")
+        grad_out = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(9)).cuda().float()
+        actual = [out.detach().double().cpu()] + [g.double().cpu() for g in torch.autograd.grad(out, leaves, grad_out)]
+        for a, e in zip(actual, expected):
+            torch.testing.assert_close(a, e, atol=2e-4, rtol=2e-4, msg=lambda m: f"misaligned={shift}: {m}")
+    for kernel in (triton_shaw._shaw_fwd, triton_shaw._shaw_bwd_dkdv, triton_shaw._shaw_bwd_dq):  # read q, k, v
+        launcher = triton_shaw._LAUNCHERS[id(kernel)]
+        assert launcher.direct and len(launcher.compiled) >= 2  # aligned and not
+
+
+def test_under_bf16_autocast_the_kernels_take_float32_tables_and_return_float32_gradients():
+    """The model's case: float32 parameters, bf16 autocast. The Triton path reads the float32 tables as they are
+    (no cast kernels, gradients not rounded to bf16); its output and gradients must be as close to the float64
+    reference as the torch path's, which casts the tables to bf16."""
+    triton_ready()
+    inputs = make_inputs(2, 4, 70, 70, 64, 16, True, True, True, seed=8)
+    mask = make_mask("causal+padding", 2, 4, 70, 70, 0)
+    expected = run(inputs, "cpu", F64, "gather", clip=16, attn_mask=mask)
+    errors = {}
+    for impl in ("triton", "fused"):
+        leaves = [t.detach().to("cuda", torch.float32).requires_grad_() for t in inputs]
+        with torch.autocast("cuda", dtype=torch.bfloat16):
+            out = relative_attention(*leaves, clip=16, attn_mask=mask.cuda(), impl=impl)
+        assert out.dtype == torch.bfloat16
+        grad_out = torch.randn(out.shape, dtype=F64, generator=torch.Generator().manual_seed(9)).cuda().bfloat16()
+        grads = torch.autograd.grad(out, leaves, grad_out)
+        assert all(g.dtype == torch.float32 for g in grads)
+        errors[impl] = relative_error([out.detach().double().cpu()] + [g.double().cpu() for g in grads], expected)
+    assert errors["triton"] <= max(2e-2, 1.5 * errors["fused"]), errors

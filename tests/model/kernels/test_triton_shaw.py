@@ -239,6 +239,23 @@ def test_float32_close_to_float64_reference():
     check(with_grads(out, low), reference(inputs, clip, mask, offset), names_of(inputs), tol=2e-5)
 
 
+def test_tables_of_a_wider_dtype_are_read_as_they_are_and_get_gradients_of_their_dtype():
+    """As under bf16 autocast (float32 tables, bfloat16 activations), here float64 tables with float32 q, k, v: the
+    kernels round the tables on chip and return their gradients in the tables' dtype, with no cast (and no cast's
+    autograd node) between the parameters and the kernels."""
+    batch, heads, length, dim, clip = 1, 2, 19, 8, 2
+    inputs = make_inputs(batch, heads, length, length, dim, clip, True, True, True, seed=9)
+    mask = make_mask("padding", batch, heads, length, length, 0)
+    run = [t.detach().to(DEVICE, torch.float32 if i < 3 else F64).requires_grad_() for i, t in enumerate(inputs)]
+    out = relative_attention(*run, clip=clip, attn_mask=mask.to(DEVICE), impl="triton")
+    assert out.dtype == torch.float32
+    feeding = {type(fn).__name__ for fn, _ in out.grad_fn.next_functions if fn is not None}
+    assert "ToCopyBackward0" not in feeding
+    result = with_grads(out, run)
+    assert [t.dtype for t in result[4:]] == [F64, F64]
+    check(result, reference(inputs, clip, mask, 0), names_of(inputs), tol=2e-5)
+
+
 def test_unavailable_is_a_clear_error(monkeypatch):
     q, k, v, rk, rv = make_inputs(1, 1, 4, 4, 4, 1, True, True, True)
     if INTERPRETED:  # the interpreter takes CPU tensors only; a meta tensor stands for a device tensor
