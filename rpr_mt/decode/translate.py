@@ -189,8 +189,9 @@ def iter_translations(
                 yield from outputs
     finally:
         model.train(was_training)
-    if len(short) > SHORT_RATE * len(lines):
-        warn_short_outputs(short, len(lines), min_length_ratio)
+    translated = sum(1 for line in lines if line.strip())  # empty lines give empty outputs, not translations
+    if len(short) > SHORT_RATE * translated:
+        warn_short_outputs(short, translated, min_length_ratio)
 
 
 def sentence_units(lines: list[str], split: bool, src_lang: Optional[str]) -> tuple[list[str], list[int]]:
