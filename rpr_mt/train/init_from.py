@@ -8,13 +8,30 @@ from typing import Any, Callable
 import torch
 
 from rpr_mt import checkpoints as ckpt
-from rpr_mt.config import TrainConfig
+from rpr_mt.config import ModelConfig, TrainConfig
 from rpr_mt.errors import UserError
 from rpr_mt.model.transformer import Seq2Seq
 
 
+# Model settings that change what the weights compute but not their names or shapes: a checkpoint trained under
+# another value loads without a complaint from torch and is another model (rope, alibi and none have no position
+# weights at all; pre- and post-norm have the same ones). Dropouts, max_positions and a scheme's own settings (a
+# longer rope base, a wider t5 max_distance) are what fine-tuning may change.
+_SAME_SHAPE_SETTINGS = ("positions", "norm", "absolute_kind")
+
+
+def _setting_mismatch(saved: dict[str, Any], model_config: ModelConfig) -> str | None:
+    for key in _SAME_SHAPE_SETTINGS:
+        if key == "absolute_kind" and "absolute" not in model_config.positions:
+            continue  # not used by this scheme
+        mine = getattr(model_config, key)
+        if key in saved and saved[key] != mine:
+            return f"model.{key} is {saved[key]} in the checkpoint but {mine} here"
+    return None
+
+
 def init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, vocab_info: dict[str, Any],
-              data_dir: Path, log: Callable[[str], None]) -> None:
+              data_dir: Path, log: Callable[[str], None], model_config: ModelConfig) -> None:
     """Fine-tuning: a new run starts from the weights of ``train.init_from`` (its own update count, schedule and
     data order start at zero, like fairseq's --finetune-from-model), with fresh Adam moments unless
     ``train.reset_optimizer`` is false."""
@@ -26,7 +43,8 @@ def init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, 
     if state["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
         raise UserError(f"train.init_from: {source} was trained with another vocabulary than "
                         f"{data_dir / 'spm.model'}; fine-tuning needs data prepared with the checkpoint's vocabulary")
-    problem = ckpt.weights_mismatch(model, state["model"])
+    problem = _setting_mismatch(state["config"].get("model", {}), model_config) or ckpt.weights_mismatch(
+        model, state["model"])
     if problem is not None:
         raise UserError(f"train.init_from: {source} does not fit this model section ({problem})")
     model.load_state_dict(state["model"])

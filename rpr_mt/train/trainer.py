@@ -243,7 +243,7 @@ def _train(
         if t.init_from is not None:
             log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
     elif t.init_from is not None:
-        init_from(t, model, optimizer, vocab_info, data_dir, log)
+        init_from(t, model, optimizer, vocab_info, data_dir, log, cfg.model)
     batches = BatchStream(train_data, train_indices, t, model, dd, state)  # reads only max_tokens and seed of t
     # Whether the run is finished by the stopping rules of this command's config (those in effect before
     # --more-steps lifts them): a finished run is not trained again, an unfinished one is not extended.

@@ -164,6 +164,24 @@ def test_init_from_rejects_another_vocabulary_and_a_missing_optimizer(tmp_path, 
     assert "Error(s)" not in str(caught.value)
 
 
+@pytest.mark.parametrize("change", [{"positions": "rope"}, {"norm": "pre"}])
+def test_init_from_rejects_another_computation_with_the_same_weights(tmp_path, demo_data, change):
+    """rope, alibi and none have no position weights and pre- and post-norm the same ones: a checkpoint of another
+    scheme or norm loaded without a complaint from torch and fine-tuned as another model."""
+    source = tmp_path / "alibi"
+    train(config_from_dict(tiny(demo_data, source, model={"positions": "alibi"}, train={"max_steps": 1})),
+          progress=False)
+    raw = tiny(demo_data, tmp_path / "ft", model={"positions": "alibi", **change},
+               train={"max_steps": 1, "init_from": str(source)})
+    key, value = next(iter(change.items()))
+    default = {"positions": "alibi", "norm": "post"}[key]
+    with pytest.raises(UserError, match=rf"does not fit this model section \(model.{key} is {default} in the "
+                                        rf"checkpoint but {value} here\)"):
+        train(config_from_dict(raw), progress=False)
+    raw["model"] = {**raw["model"], key: default, "dropout": 0.3}  # the source's setting; dropout may change
+    train(config_from_dict(raw), progress=False)
+
+
 # -- the run directory, before any work ---------------------------------------------------------------------------------
 
 
