@@ -166,11 +166,33 @@ def checkpoint_folder(path: str | Path) -> Path:
     return checkpoint_dir(path) if checkpoint_dir(path).is_dir() else path
 
 
+def _ctranslate2_export(path: Path) -> str | None:
+    """Why ``path`` (a directory or its model.bin) cannot be used as an rpr-mt checkpoint when it is a CTranslate2
+    model that ``rpr-mt export`` wrote, else None: without this, a user who passed the export to ``translate`` read
+    "no checkpoint_best.pt in ..." or a load error."""
+    folder = path if path.is_dir() else path.parent
+    if not ((folder / "model.bin").is_file() and (folder / "config.json").is_file()):
+        return None
+    if path.is_file() and path.name != "model.bin":
+        return None
+    source = ""
+    try:  # rpr_mt.export.ctranslate2.EXPORT_INFO_FILE: the checkpoint it was exported from
+        source = json.loads((folder / "rpr_mt.json").read_text(encoding="utf-8")).get("checkpoint") or ""
+    except (OSError, ValueError, AttributeError):
+        pass
+    return (f"{path} is a CTranslate2 model, not an rpr-mt checkpoint: decode it with CTranslate2 (README, \"Fast "
+            f"inference with CTranslate2\") or pass " + (f"the checkpoint it was exported from, {source}" if source
+                                                         else "the run it was exported from"))
+
+
 def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     """A checkpoint file, or a run directory -> its best / last / averaged checkpoint."""
     if which not in ("best", "last", "average"):  # checked for a file too, where it is not used: a typo is a typo
         raise UserError(f"--which must be best, last or average (got {which!r})")
     path = Path(path)
+    exported = _ctranslate2_export(path)
+    if exported is not None:
+        raise UserError(exported)
     if path.is_file():
         return path
     if not path.is_dir():

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -9,6 +10,7 @@ import pytest
 import torch
 from torch import nn
 
+from rpr_mt import checkpoints as ckpt
 from rpr_mt.checkpoints import vocab_from_payload, weights_mismatch
 from rpr_mt.errors import UserError
 
@@ -205,3 +207,24 @@ def test_a_truncated_checkpoint_is_named_with_torch_s_reason_and_not_its_advice(
     message = str(error.value)
     assert message.startswith(f"checkpoint {cut} is corrupt or truncated (") and message.endswith(")")
     assert "likelihood" not in message and "central directory" in message
+
+
+@pytest.mark.parametrize("given", ["dir", "model.bin"])
+@pytest.mark.parametrize("with_info", [True, False])
+def test_a_ctranslate2_export_is_named_as_such(tmp_path, given, with_info):
+    """`translate --checkpoint EXPORT` said "no checkpoint_best.pt in EXPORT" (or failed to load model.bin): the
+    export is CTranslate2's model, and the error says so and where its checkpoint is."""
+    export = tmp_path / "demo_ct2"
+    export.mkdir()
+    (export / "model.bin").write_bytes(b"\0" * 16)
+    (export / "config.json").write_text("{}")
+    if with_info:
+        (export / "rpr_mt.json").write_text(json.dumps({"checkpoint": "runs/demo/checkpoints/checkpoint_best.pt"}))
+    path = export if given == "dir" else export / "model.bin"
+    expected = ("the checkpoint it was exported from, runs/demo/checkpoints/checkpoint_best.pt" if with_info
+                else "the run it was exported from")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(path))} is a CTranslate2 model, not an rpr-mt checkpoint: "
+                                        rf"decode it with CTranslate2 .* or pass {re.escape(expected)}$"):
+        ckpt.resolve_checkpoint(path)
+    (export / "other.pt").write_bytes(b"x")  # another file of that folder is not the export
+    assert ckpt.resolve_checkpoint(export / "other.pt") == export / "other.pt"
