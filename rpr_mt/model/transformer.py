@@ -30,9 +30,13 @@ from rpr_mt.model.positions import AttentionPositions, build_position_scheme
 class EncoderOutput:
     memory: Tensor  # [B, S, D]
     src_mask: Tensor  # [B, S], True = real token
+    # Whether any source is padded, decided once by encode: asking the mask again (bool(src_mask.all())) waits for
+    # the GPU, once per forward pass in training and once per step in decoding. A selection of the rows keeps True:
+    # a mask is then passed where none is needed, which is still exact.
+    padded: bool = True
 
     def reorder(self, index: Tensor) -> "EncoderOutput":
-        return EncoderOutput(self.memory.index_select(0, index), self.src_mask.index_select(0, index))
+        return EncoderOutput(self.memory.index_select(0, index), self.src_mask.index_select(0, index), self.padded)
 
 
 @dataclass
@@ -155,17 +159,18 @@ class Seq2Seq(nn.Module):
     def encode(self, src: Tensor) -> EncoderOutput:
         """src: [B, S] token ids, padded with pad_id."""
         src_mask = src.ne(self.pad_id)  # [B, S]
+        padded = not bool(src_mask.all())  # the forward pass's one device sync for its masks
         # Key-padding mask for attention, [B, 1, 1, S]; None when nothing is padded lets attention take its fast path.
-        attn_mask = None if bool(src_mask.all()) else src_mask[:, None, None, :]
+        attn_mask = src_mask[:, None, None, :] if padded else None
         x = self._embed(src)
         for layer in self.encoder_layers:
             x = layer(x, attn_mask)
-        return EncoderOutput(self.encoder_norm(x), src_mask)
+        return EncoderOutput(self.encoder_norm(x), src_mask, padded)
 
     # -- decoder ----------------------------------------------------------------------------------------------------
 
     def _cross_mask(self, enc: EncoderOutput) -> Tensor | None:
-        return None if bool(enc.src_mask.all()) else enc.src_mask[:, None, None, :]
+        return enc.src_mask[:, None, None, :] if enc.padded else None
 
     def decode_hidden(self, tgt_in: Tensor, enc: EncoderOutput) -> Tensor:
         """Teacher-forced decoder states before the output projection: tgt_in [B, T] -> [B, T, D]."""

@@ -441,3 +441,31 @@ def test_encoder_output_moves_only_when_a_sentence_is_dropped(monkeypatch) -> No
     assert len(hyps) == len(SOURCES)
     # one reorder to expand the batch to beams, then one per sentence-dropping step (fewer than the sentences)
     assert calls["state"] > calls["cross"] and 1 <= calls["enc"] - 1 == calls["cross"] < len(SOURCES)
+
+
+def test_whether_sources_are_padded_is_decided_once_per_encode(monkeypatch) -> None:
+    """bool(src_mask.all()) waits for the GPU: the encoder decided it, and then the cross-attention mask asked again
+    in every forward pass of training and at every step of decoding. Now encode decides once and EncoderOutput
+    carries it (kept by reorder), with the same outputs."""
+    model = tiny_model("relative")
+    src = make_src(random_sources())  # padded: the lengths differ
+    expected = beam_search(model, src, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=4)
+    asked = []
+    original = torch.Tensor.all
+
+    def counting_all(self, *args, **kwargs):
+        if self.dtype == torch.bool and self.dim() == 2 and not args and not kwargs:
+            asked.append(tuple(self.shape))
+        return original(self, *args, **kwargs)
+
+    monkeypatch.setattr(torch.Tensor, "all", counting_all)
+    again = beam_search(model, src, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=4)
+    for got, want in zip(again, expected):
+        assert_same(got, want, tol=0.0)
+    assert asked == [tuple(src.shape)]
+    asked.clear()
+    model(src, src[:, :3])  # a training forward pass: encoder and cross-attention masks from one question
+    assert asked == [tuple(src.shape)]
+    enc = model.encode(src)
+    assert enc.padded and enc.reorder(torch.tensor([1])).padded
+    assert not model.encode(src[:1, :1]).padded  # one token, nothing padded: no mask, attention's fast path
