@@ -532,8 +532,8 @@ def _suggestion(key: str, names: list[str]) -> str | None:
 
 
 def _check_override_key(keys: list[str], override: str, value: Any) -> None:
-    """An unknown key in --set, a key below a value, and a value given to a whole section are named as --set's
-    errors, not as the config file's."""
+    """An unknown key in --set, a key below a value, a value given to a whole section and a value of the wrong type
+    are named as --set's errors, not as the config file's."""
     cls: Any = Config
     for depth, key in enumerate(keys):
         if typing.get_origin(cls) is dict:  # an entry of a mapping (data.splits.train): any name
@@ -549,16 +549,17 @@ def _check_override_key(keys: list[str], override: str, value: Any) -> None:
                     else f"; valid keys: {', '.join(names)}")
             raise UserError(f"--set {override}: unknown key '{'.'.join(keys[:depth + 1])}'{hint}")
         cls = typing.get_type_hints(cls)[key]
-    if value is None or isinstance(value, dict):  # a YAML mapping (or null: the defaults) replaces a section whole
-        return
     dotted = ".".join(keys)
-    if dataclasses.is_dataclass(cls):
-        names = [f.name for f in dataclasses.fields(cls)]
-        raise UserError(f"--set {override}: {dotted} is a section, not a value; set one of its keys "
-                        f"({', '.join(names)}), e.g. --set {dotted}.{names[0]}=...")
-    if typing.get_origin(cls) is dict:
-        raise UserError(f"--set {override}: {dotted} is a mapping, not a value; set one entry at a time, "
-                        f"e.g. --set {dotted}.NAME=...")
+    # A YAML mapping (or null: the defaults) replaces a section whole; any other value is a section's error.
+    if value is not None and not isinstance(value, dict):
+        if dataclasses.is_dataclass(cls):
+            names = [f.name for f in dataclasses.fields(cls)]
+            raise UserError(f"--set {override}: {dotted} is a section, not a value; set one of its keys "
+                            f"({', '.join(names)}), e.g. --set {dotted}.{names[0]}=...")
+        if typing.get_origin(cls) is dict:
+            raise UserError(f"--set {override}: {dotted} is a mapping, not a value; set one entry at a time, "
+                            f"e.g. --set {dotted}.NAME=...")
+    _coerce(cls, value, dotted, f"--set {override}")  # a value of the wrong type: --set's error too
 
 
 def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:
