@@ -369,6 +369,16 @@ def test_the_log_names_the_length_limit_that_binds(tmp_path, demo_data, capsys, 
     assert dropped > 0 and f"({dropped:,} skipped: empty or a side over {cap})" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("kind, words", [("learned", "learned absolute positions"),
+                                         ("sinusoidal", "absolute positions")])
+def test_the_log_says_which_absolute_positions_the_model_has(tmp_path, demo_data, capsys, kind, words):
+    """A learned table was reported as "model: absolute positions", the sinusoids' name."""
+    raw = tiny(demo_data, tmp_path / "run", model={"positions": "absolute", "absolute_kind": kind},
+               train={"max_steps": 1, "valid_bleu": False})
+    train(config_from_dict(raw), progress=False)
+    assert f"\nmodel: {words}, " in "\n" + capsys.readouterr().err
+
+
 def train_whose_log_reader_leaves(tmp_path: Path, demo_data: Path, **train_section) -> subprocess.Popen:
     """`rpr-mt train ... 2>&1 | head -3`: a training whose stderr reader leaves after three lines."""
     raw = tiny(demo_data, tmp_path / "run", train={"log_every": 1, "validate_every": 100000, "valid_bleu": False,
