@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from rpr_mt.config import Config, config_from_dict
+from rpr_mt.config import Config, config_from_dict, model_settings_read
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
@@ -321,7 +321,8 @@ def _stored_step(path: Path) -> int | None:
 
 def _different_model(payload: dict[str, Any], reference: dict[str, Any]) -> bool:
     return (payload["vocab"]["fingerprint"] != reference["vocab"]["fingerprint"]
-            or payload["config"]["model"] != reference["config"]["model"])
+            # a setting the position scheme ignores may change when a run resumes (rpr_mt.train.run_dir)
+            or model_settings_read(payload["config"]["model"]) != model_settings_read(reference["config"]["model"]))
 
 
 def _refuse_repeats(paths: list[Path]) -> list[int | None]:

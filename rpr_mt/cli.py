@@ -418,7 +418,7 @@ def export_command(
 
     _warn_unused_which(checkpoint, which)
     result = export_ctranslate2(checkpoint, output, which=which, quantization=quantization, force=force)
-    typer.echo(f"exported the {result.positions} model {result.checkpoint} to {result.output} "
+    typer.echo(f"exported the {result.positions_label} model {result.checkpoint} to {result.output} "
                f"({result.quantization or 'float32'} weights)", err=True)
 
 

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import logging
 import math
 import os
 import re
@@ -28,6 +29,8 @@ import yaml
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
 from rpr_mt.languages import ISO_639_1
+
+log = logging.getLogger(__name__)
 
 # --------------------------------------------------------------------------------------------------------------------
 # Sections
@@ -119,6 +122,34 @@ class ModelConfig:
     t5: T5Settings = field(default_factory=T5Settings)  # positions=t5
     xl: XLSettings = field(default_factory=XLSettings)  # positions=xl
     rope: RotarySettings = field(default_factory=RotarySettings)  # positions=rope
+
+
+_SHAW = ("relative", "absolute+relative")
+
+# The model settings that only some position schemes read (rpr_mt/model/positions), each with the schemes that read
+# it; every other model setting matters to every scheme. Load warns about the others when they are given, and a
+# resumed run ignores their changes (rpr_mt.train.run_dir).
+SCHEME_SETTINGS: dict[str, tuple[str, ...]] = {
+    "absolute_kind": ("absolute", "absolute+relative"),
+    "clip": _SHAW,
+    "use_key": _SHAW,
+    "use_value": _SHAW,
+    "share_across_heads": _SHAW,
+    "t5": ("t5",),
+    "xl": ("xl",),
+    "rope": ("rope",),
+}
+
+
+def unused_model_settings(positions: str) -> list[str]:
+    """The ``ModelConfig`` fields (a nested section by its name: ``t5``) that position scheme ``positions`` ignores."""
+    return [key for key, schemes in SCHEME_SETTINGS.items() if positions not in schemes]
+
+
+def model_settings_read(model: dict[str, Any]) -> dict[str, Any]:
+    """A saved model section without the settings its position scheme ignores: two that agree here are one model."""
+    unused = unused_model_settings(model.get("positions", ModelConfig.positions))
+    return {key: value for key, value in model.items() if key not in unused}
 
 
 @dataclass
@@ -387,9 +418,36 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: the top level must be a mapping of sections (data, model, train, decode)")
         raw = loaded
+    # Where each model setting was given (the last --set of a key wins over the file), for the warnings below.
+    model_raw = raw.get("model")
+    given = {key: str(path) for key in model_raw} if isinstance(model_raw, dict) else {}
     for override in overrides or []:
         _apply_override(raw, override)
-    return config_from_dict(raw, origin=str(path) if path is not None else "config")
+        keys = override.partition("=")[0].strip().split(".")
+        if keys[0] == "model":
+            given[keys[1]] = f"--set {override.strip()}"
+    config = config_from_dict(raw, origin=str(path) if path is not None else "config")
+    warn_unused_settings(config.model, given)
+    return config
+
+
+_warned: set[str] = set()  # a sweep loads its config once per cell and run: each warning is said once a process
+
+
+def warn_unused_settings(model: ModelConfig, given: dict[str, str]) -> None:
+    """One warning line for each setting in ``given`` (model key -> where it was given) that the position scheme
+    ignores and that differs from the value it would have had unset (a saved, fully resolved config spells out every
+    default; those warn about nothing)."""
+    unset = ModelConfig(**PRESETS.get(model.preset or "", {}))
+    for key in unused_model_settings(model.positions):
+        if key not in given or getattr(model, key) == getattr(unset, key):
+            continue
+        users = " and ".join(SCHEME_SETTINGS[key])
+        message = (f"warning: {given[key]}: model.{key} is ignored by model.positions={model.positions} (only "
+                   f"{users} read it)")
+        if message not in _warned:
+            _warned.add(message)
+            log.warning(message)
 
 
 def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
@@ -474,8 +532,8 @@ def _suggestion(key: str, names: list[str]) -> str | None:
 
 
 def _check_override_key(keys: list[str], override: str, value: Any) -> None:
-    """An unknown key in --set, a key below a value, and a value given to a whole section are named as --set's
-    errors, not as the config file's."""
+    """An unknown key in --set, a key below a value, a value given to a whole section and a value of the wrong type
+    are named as --set's errors, not as the config file's."""
     cls: Any = Config
     for depth, key in enumerate(keys):
         if typing.get_origin(cls) is dict:  # an entry of a mapping (data.splits.train): any name
@@ -491,16 +549,17 @@ def _check_override_key(keys: list[str], override: str, value: Any) -> None:
                     else f"; valid keys: {', '.join(names)}")
             raise UserError(f"--set {override}: unknown key '{'.'.join(keys[:depth + 1])}'{hint}")
         cls = typing.get_type_hints(cls)[key]
-    if value is None or isinstance(value, dict):  # a YAML mapping (or null: the defaults) replaces a section whole
-        return
     dotted = ".".join(keys)
-    if dataclasses.is_dataclass(cls):
-        names = [f.name for f in dataclasses.fields(cls)]
-        raise UserError(f"--set {override}: {dotted} is a section, not a value; set one of its keys "
-                        f"({', '.join(names)}), e.g. --set {dotted}.{names[0]}=...")
-    if typing.get_origin(cls) is dict:
-        raise UserError(f"--set {override}: {dotted} is a mapping, not a value; set one entry at a time, "
-                        f"e.g. --set {dotted}.NAME=...")
+    # A YAML mapping (or null: the defaults) replaces a section whole; any other value is a section's error.
+    if value is not None and not isinstance(value, dict):
+        if dataclasses.is_dataclass(cls):
+            names = [f.name for f in dataclasses.fields(cls)]
+            raise UserError(f"--set {override}: {dotted} is a section, not a value; set one of its keys "
+                            f"({', '.join(names)}), e.g. --set {dotted}.{names[0]}=...")
+        if typing.get_origin(cls) is dict:
+            raise UserError(f"--set {override}: {dotted} is a mapping, not a value; set one entry at a time, "
+                            f"e.g. --set {dotted}.NAME=...")
+    _coerce(cls, value, dotted, f"--set {override}")  # a value of the wrong type: --set's error too
 
 
 def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:

@@ -45,6 +45,7 @@ def setup(root: Path) -> dict[str, str]:
     good = gzip.compress(("ein Satz\n" * 100).encode())
     (root / "corrupt.en.gz").write_bytes(good[: len(good) // 2])
     (root / "unknown.yaml").write_text("model:\n  d_modle: 8\n", encoding="utf-8")
+    (root / "fine.yaml").write_text("train:\n  max_steps: 10\n", encoding="utf-8")
     (root / "dup.yaml").write_text("train:\n  seed: 1\n  seed: 2\n", encoding="utf-8")
     (root / "eps.yaml").write_text("train:\n  adam_eps: -1.0e-9\n", encoding="utf-8")
     (root / "nan.yaml").write_text("train:\n  peak_lr: .nan\n", encoding="utf-8")
@@ -421,6 +422,18 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("average: a copy listed beside it", lambda r: ["average-checkpoints", f"{r}/model.pt",
                                                     f"{r}/run/checkpoints/checkpoint_00000004.pt", "-o", f"{r}/avg.pt"],
      "are the same checkpoint"),
+    # a bad --set value is the override's error, not the config file's (which was blamed for it)
+    ("train: --set a word to an integer", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set", "model.clip=abc"],
+     "error: --set model.clip=abc: model.clip must be an integer, got 'abc'"),
+    ("train: --set maybe to a bool", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
+                                               "train.valid_bleu=maybe"],
+     "error: --set train.valid_bleu=maybe: train.valid_bleu must be true or false"),
+    ("train: --set an unknown choice", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
+                                                 "model.positions=relatve"],
+     "error: --set model.positions=relatve: model.positions must be one of"),
+    ("train: --set a word to a mapping entry", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
+                                                         "data.demo_sizes.train=many"],
+     "error: --set data.demo_sizes.train=many: data.demo_sizes.train must be an integer"),
 ]
 
 

@@ -114,11 +114,12 @@ def test_the_run_s_own_data_with_the_model_s_vocabulary_is_taken_over_a_copy_her
 
 
 def _saved(directory: Path, step: int, weights: dict[str, torch.Tensor] | None = None, name: str | None = None,
-           dev: dict | None = None) -> Path:
+           dev: dict | None = None, model: dict | None = None) -> Path:
     """A minimal checkpoint of update ``step`` (its config records the step, so the one an average takes is seen)."""
     from rpr_mt import checkpoints as ckpt
 
-    payload = {"format": ckpt.FORMAT, "step": step, "config": {"model": {"d_model": 4}, "train": {"max_steps": step}},
+    payload = {"format": ckpt.FORMAT, "step": step,
+               "config": {"model": model or {"d_model": 4}, "train": {"max_steps": step}},
                "vocab": {"fingerprint": "x" * 64, "size": 10, "spm_model": torch.zeros(1, dtype=torch.uint8)},
                "model": weights if weights is not None else {"w": torch.full((3,), float(step))}, "dev": dev}
     path = directory / (name or f"checkpoint_{step:08d}.pt")
@@ -140,6 +141,20 @@ def test_the_newest_update_gives_the_average_its_config_and_step_whatever_the_or
     in_order = average_checkpoints([old, mid, new])
     assert torch.equal(averaged["model"]["w"], in_order["model"]["w"])  # the same sum, in the same order
     assert torch.allclose(averaged["model"]["w"], torch.full((3,), 5875.0))
+
+
+def test_checkpoints_either_side_of_a_resume_that_changed_an_ignored_setting_average(tmp_path):
+    """A run may resume with another model.clip when its scheme ignores it; its train.average_last then averaged
+    checkpoints from before and after, and was refused as two different models. A setting the scheme reads still
+    is one."""
+    from rpr_mt.checkpoints import average_checkpoints
+
+    before = _saved(tmp_path, 100, model={"positions": "absolute", "clip": 4, "t5": {"num_buckets": 32}})
+    after = _saved(tmp_path, 200, model={"positions": "absolute", "clip": 2, "t5": {"num_buckets": 8}})
+    assert average_checkpoints([before, after])["averaged_steps"] == [100, 200]
+    shaw = _saved(tmp_path, 300, model={"positions": "relative", "clip": 2})
+    with pytest.raises(UserError, match="has a different model config"):
+        average_checkpoints([_saved(tmp_path, 250, model={"positions": "relative", "clip": 4}), shaw])
 
 
 def test_a_checkpoint_listed_twice_is_refused(tmp_path):

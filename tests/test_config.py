@@ -200,3 +200,67 @@ def test_a_negative_seed_is_a_config_error():
 
     with pytest.raises(UserError, match=r"train.seed must be >= 0 \(got -1\)"):
         config_from_dict({"train": {"seed": -1}})
+
+
+def test_a_setting_the_position_scheme_ignores_is_warned_about_once(tmp_path, caplog, monkeypatch):
+    """model.clip given for an absolute model was silently ignored: one warning line names the key, the scheme and
+    where it was given (the file or the --set). Settings the scheme reads, settings at the value they would have
+    unset (a saved config spells out every default) and the preset's own values warn about nothing."""
+    import logging
+
+    from rpr_mt import config as config_module
+
+    monkeypatch.setattr(config_module, "_warned", set())
+    path = write(tmp_path, "model:\n  positions: absolute\n  clip: 4\n  use_key: true\n  absolute_kind: learned\n")
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        cfg = load_config(path, ["model.t5.num_buckets=8"])
+        load_config(path, ["model.t5.num_buckets=8"])  # a sweep loads its config once per cell and run
+    assert cfg.model.clip == 4
+    assert [r.getMessage() for r in caplog.records] == [
+        f"warning: {path}: model.clip is ignored by model.positions=absolute (only relative and absolute+relative "
+        "read it)",
+        "warning: --set model.t5.num_buckets=8: model.t5 is ignored by model.positions=absolute (only t5 read it)",
+    ]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        load_config(None, ["model.positions=relative", "model.clip=4", "model.absolute_kind=sinusoidal"])
+        load_config(None, ["model.preset=big", "model.positions=none"])  # the preset's clip: 8 is not the user's
+        save_config(load_config(None, ["model.positions=rope"]), tmp_path / "saved.yaml")
+        load_config(tmp_path / "saved.yaml")
+    assert caplog.records == []
+
+
+def test_every_scheme_reads_only_its_settings():
+    """``SCHEME_SETTINGS`` against the schemes themselves: a setting it calls ignored changes no parameter and no
+    attention output of that scheme, and each setting it calls read changes some scheme that reads it."""
+    import dataclasses
+
+    import torch
+
+    from rpr_mt.config import ModelConfig, SCHEME_SETTINGS, unused_model_settings
+    from rpr_mt.model.transformer import Seq2Seq
+
+    changed = {"absolute_kind": "learned", "clip": 2, "use_key": False, "use_value": False, "share_across_heads": True,
+               "t5": dataclasses.replace(ModelConfig().t5, num_buckets=8, max_distance=16),
+               "xl": dataclasses.replace(ModelConfig().xl, clip=3),
+               "rope": dataclasses.replace(ModelConfig().rope, base=99.0)}
+    assert set(changed) == set(SCHEME_SETTINGS)
+
+    def outputs(cfg: ModelConfig) -> tuple[dict, torch.Tensor]:
+        torch.manual_seed(0)
+        model = Seq2Seq(cfg, vocab_size=20, pad_id=0).eval()
+        src = torch.tensor([[3, 4, 5, 6, 7, 8, 9, 2]])
+        with torch.no_grad():
+            out = model(src, src)
+        return {k: tuple(v.shape) for k, v in model.state_dict().items()}, out
+
+    from rpr_mt.model.positions import SCHEMES
+
+    for positions in SCHEMES:
+        base = ModelConfig(d_model=16, n_heads=2, encoder_layers=1, decoder_layers=1, ff_dim=16, dropout=0.0,
+                           positions=positions, max_positions=32)
+        shapes, out = outputs(base)
+        for key, value in changed.items():
+            other_shapes, other_out = outputs(dataclasses.replace(base, **{key: value}))
+            same = other_shapes == shapes and torch.equal(other_out, out)
+            assert same == (key in unused_model_settings(positions)), (positions, key)

@@ -42,6 +42,7 @@ import torch
 from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict
 from rpr_mt.data.vocab import MODEL_FILE
 from rpr_mt.errors import UserError
+from rpr_mt.model.positions import describe_positions
 
 if TYPE_CHECKING:
     from ctranslate2.specs import transformer_spec
@@ -271,6 +272,7 @@ class ExportResult:
     output: Path  # the model directory
     checkpoint: Path  # the checkpoint it came from
     positions: str  # model.positions of the exported model
+    positions_label: str  # the same in words (rpr_mt.model.positions.describe_positions): "learned absolute"
     quantization: Optional[str]  # CTranslate2 weight type, None = float32 as trained
 
 
@@ -376,4 +378,4 @@ def export_ctranslate2(
             os.replace(staged, output)
     finally:
         shutil.rmtree(workdir, ignore_errors=True)
-    return ExportResult(output, resolved, config.model.positions, quantization)
+    return ExportResult(output, resolved, config.model.positions, describe_positions(config.model), quantization)

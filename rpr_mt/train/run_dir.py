@@ -1,7 +1,8 @@
 """A run directory's config: the one it was trained with, and which differences make a new config another run.
 
 ``rpr-mt train`` on a directory that holds a run resumes it when the configs agree, and refuses (without
-``--overwrite``) when they do not; the train keys in ``RESUMABLE_TRAIN_KEYS`` may change between invocations.
+``--overwrite``) when they do not; the train keys in ``RESUMABLE_TRAIN_KEYS``, and the model settings that the
+position scheme ignores, may change between invocations.
 """
 
 from __future__ import annotations
@@ -17,7 +18,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 from rpr_mt.checkpoints import checkpoint_dir
-from rpr_mt.config import Config, config_to_dict
+from rpr_mt.config import Config, config_to_dict, unused_model_settings
 from rpr_mt.errors import UserError
 from rpr_mt.train.checkpointing import latest_valid_checkpoint
 
@@ -68,16 +69,21 @@ def saved_config(config_path: Path, run_dir: Path, log: Callable[[str], None]) -
 def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     """``section.key: old -> new`` for each setting that would make ``new`` another run than ``old``. A setting that
     ``old`` lacks was added to rpr-mt after that run began; at its default value it changes nothing. Settings whose
-    values are mappings (data.splits, data.demo_sizes) compare whole: an entry they gain is a change."""
+    values are mappings (data.splits, data.demo_sizes) compare whole: an entry they gain is a change. Model settings
+    that the position scheme of both configs ignores (model.clip of an absolute model) change nothing."""
     sections = _section_paths(Config())
     defaults = _flat(config_to_dict(Config()), sections)
     old, new = _flat(old, sections), _flat(new, sections)
+    ignored = set(unused_model_settings(old.get("model.positions", defaults["model.positions"])))
+    ignored &= set(unused_model_settings(new.get("model.positions", defaults["model.positions"])))
     diffs = []
     for name in sorted(set(old) | set(new)):
         section, _, key = name.partition(".")
         if section not in ("data", "model", "train"):
             continue
         if section == "train" and key.split(".")[0] in RESUMABLE_TRAIN_KEYS:
+            continue
+        if section == "model" and key.split(".")[0] in ignored:
             continue
         if name == "train.run_dir":  # the run is this directory, however the path is spelled
             continue

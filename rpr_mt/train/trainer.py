@@ -37,6 +37,7 @@ from rpr_mt.data.prepare import changed_since_prepared, check_prepared, prepare,
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
+from rpr_mt.model.positions import describe_positions
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import BatchStream, usable_examples
 from rpr_mt.train.checkpointing import Checkpoints, average_last, latest_valid_checkpoint, remove_stale_temporaries
@@ -221,7 +222,7 @@ def _train(
 
     model = initial_model(cfg, vocab).to(device)
     n_params = count_parameters(model)
-    log(f"model: {cfg.model.positions} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
+    log(f"model: {describe_positions(cfg.model)} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
         f"{len(train_indices):,} training pairs" + (f" ({dropped:,} skipped: empty or a side over {cap})" if dropped else ""))
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
         f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")

@@ -127,6 +127,9 @@ def test_cli_export_writes_a_complete_model_directory(tmp_path, export_data):
     assert "exported the relative model" in result.output
     names = {p.name for p in out.iterdir()}
     assert names == {"model.bin", "config.json", "shared_vocabulary.json", "spm.model", "rpr_mt.json"}
+    learned = random_checkpoint(export_data, tmp_path / "learned.pt", positions="absolute", absolute_kind="learned")
+    said = runner.invoke(app, ["export", str(learned), "--output", str(tmp_path / "ct2_learned")])
+    assert said.exit_code == 0 and "exported the learned absolute model" in said.output, said.output
     assert (out / "spm.model").read_bytes() == (export_data / "spm.model").read_bytes()
     info = json.loads((out / "rpr_mt.json").read_text())
     assert info["positions"] == "relative" and info["step"] == 0 and info["decode"]["beam_size"] == 4

@@ -51,3 +51,18 @@ def test_sinusoidal_positions_offset_and_large_dim():
     assert pe[3, 100].item() == pytest.approx(math.sin(3 / 10000 ** (100 / 512)), abs=1e-6)
     assert pe[3, 101].item() == pytest.approx(math.cos(3 / 10000 ** (100 / 512)), abs=1e-6)
     assert sinusoidal_positions(4, 5).shape == (4, 5)  # odd dims: last one is a sine
+
+
+@pytest.mark.parametrize("settings, words", [
+    (dict(positions="absolute"), "absolute"),
+    (dict(positions="absolute", absolute_kind="learned"), "learned absolute"),
+    (dict(positions="absolute+relative", absolute_kind="learned"), "learned absolute+relative"),
+    (dict(positions="relative", absolute_kind="learned"), "relative"),  # no absolute vectors to be learned
+    (dict(positions="t5"), "t5"),
+])
+def test_describe_positions_says_learned_absolute_vectors_are_learned(settings, words):
+    """Reports said "absolute positions" for a learned table too, the sinusoids' name in Vaswani et al."""
+    from rpr_mt.config import ModelConfig
+    from rpr_mt.model.positions import describe_positions
+
+    assert describe_positions(ModelConfig(**settings)) == words

@@ -225,10 +225,36 @@ def test_run_dir_from_before_a_config_key_existed_resumes(tmp_path, demo_data):
     assert train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 3})), progress=False).step == 3
 
     config_path.write_text(yaml.safe_dump(saved))
-    other = config_from_dict(tiny(demo_data, tmp_path / "run", model={"t5": {"num_buckets": 16}},
-                                  train={"max_steps": 4}))
-    with pytest.raises(UserError, match=r"different config \(model.t5.num_buckets: None -> 16\)"):
+    other = config_from_dict(tiny(demo_data, tmp_path / "run", model={"d_model": 64}, train={"max_steps": 4}))
+    with pytest.raises(UserError, match=r"different config \(model.d_model: 32 -> 64\)"):
         train(other, progress=False)
+
+
+def test_a_setting_the_position_scheme_ignores_may_change_on_resume(tmp_path, demo_data):
+    """model.clip of an absolute model changes nothing, so a resume with another clip (a sweep's base config edited,
+    a --set dropped) resumes instead of being refused as another run; a setting the scheme reads is still another
+    run, and so is a nested one of a scheme that reads it (a t5 section the old config lacks, set now)."""
+    from rpr_mt.config import Config, config_to_dict
+    from rpr_mt.train.run_dir import config_differences
+
+    absolute = {"positions": "absolute"}
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", model=absolute, train={"max_steps": 2})), progress=False)
+    ignored = {"clip": 2, "use_key": False, "t5": {"num_buckets": 8}}
+    resumed = tiny(demo_data, tmp_path / "run", model={**absolute, **ignored}, train={"max_steps": 3})
+    assert train(config_from_dict(resumed), progress=False).step == 3
+    learned = tiny(demo_data, tmp_path / "run", model={**absolute, "absolute_kind": "learned"}, train={"max_steps": 4})
+    with pytest.raises(UserError, match=r"different config \(model.absolute_kind: 'sinusoidal' -> 'learned'\)"):
+        train(config_from_dict(learned), progress=False)
+
+    old = config_to_dict(Config())
+    old["model"]["positions"] = "t5"
+    del old["model"]["t5"]
+    new = config_to_dict(config_from_dict({"model": {"positions": "t5", "t5": {"num_buckets": 16}}}))
+    assert config_differences(old, new) == ["model.t5.num_buckets: None -> 16"]
+    old["model"]["positions"] = new["model"]["positions"] = "relative"
+    assert config_differences(old, new) == []
+    new["model"]["positions"] = "absolute"  # another scheme: its settings too may differ
+    assert config_differences(old, new) == ["model.positions: 'relative' -> 'absolute'"]
 
 
 def test_a_mapping_setting_that_gains_entries_is_a_different_config():
@@ -341,6 +367,16 @@ def test_the_log_names_the_length_limit_that_binds(tmp_path, demo_data, capsys, 
     data = load_split(demo_data, "train")
     dropped = len(data) - len(usable_examples(data, cfg.model.max_positions, cfg.data.max_train_tokens))
     assert dropped > 0 and f"({dropped:,} skipped: empty or a side over {cap})" in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("kind, words", [("learned", "learned absolute positions"),
+                                         ("sinusoidal", "absolute positions")])
+def test_the_log_says_which_absolute_positions_the_model_has(tmp_path, demo_data, capsys, kind, words):
+    """A learned table was reported as "model: absolute positions", the sinusoids' name."""
+    raw = tiny(demo_data, tmp_path / "run", model={"positions": "absolute", "absolute_kind": kind},
+               train={"max_steps": 1, "valid_bleu": False})
+    train(config_from_dict(raw), progress=False)
+    assert f"\nmodel: {words}, " in "\n" + capsys.readouterr().err
 
 
 def train_whose_log_reader_leaves(tmp_path: Path, demo_data: Path, **train_section) -> subprocess.Popen:

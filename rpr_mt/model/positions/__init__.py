@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Callable
 
-from rpr_mt.config import ModelConfig
+from rpr_mt.config import SCHEME_SETTINGS, ModelConfig
 from rpr_mt.model.positions.absolute import AbsoluteEncoding, sinusoidal_positions, sinusoids
 from rpr_mt.model.positions.alibi import ALiBiPositions, alibi_slopes
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
@@ -36,6 +36,7 @@ __all__ = [
     "Stack",
     "alibi_slopes",
     "build_position_scheme",
+    "describe_positions",
     "relative_position_index",
     "sinusoidal_positions",
     "sinusoids",
@@ -57,3 +58,10 @@ SCHEMES: dict[str, Callable[[ModelConfig], PositionScheme]] = {
 def build_position_scheme(cfg: ModelConfig) -> PositionScheme:
     """The scheme named by ``cfg.positions``, with its settings from ``cfg``."""
     return SCHEMES[cfg.positions](cfg)
+
+
+def describe_positions(cfg: ModelConfig) -> str:
+    """``cfg.positions`` as a report names it: "learned absolute" for a learned table of absolute vectors, the
+    scheme's name otherwise (absolute alone is the paper's sinusoids)."""
+    learned = cfg.absolute_kind == "learned" and cfg.positions in SCHEME_SETTINGS["absolute_kind"]
+    return f"learned {cfg.positions}" if learned else cfg.positions
