@@ -26,7 +26,9 @@ class ArgumentParser(argparse.ArgumentParser):
         self.exit(2, f"error: {self.prog}: {' '.join(message.split())} (see {self.prog} --help)\n")
 
 
-def _at_least(minimum: int, what: str) -> Callable[[str], int]:
+def at_least(minimum: int, what: str = "an integer") -> Callable[[str], int]:
+    """An argparse type: an integer >= ``minimum`` (a size, a count), else a one-line error with the value."""
+
     def parse(text: str) -> int:
         try:
             value = int(text)
@@ -36,12 +38,12 @@ def _at_least(minimum: int, what: str) -> Callable[[str], int]:
             raise argparse.ArgumentTypeError(f"must be >= {minimum} (got {value})")
         return value
 
-    parse.__name__ = what.replace(" ", "_")  # argparse names the type in some of its messages
+    parse.__name__ = what.split(" ", 1)[-1].replace(" ", "_")  # argparse names the type in some messages
     return parse
 
 
-positive_int = _at_least(1, "positive integer")
-non_negative_int = _at_least(0, "non-negative integer")
+positive_int = at_least(1, "a positive integer")
+non_negative_int = at_least(0, "a non-negative integer")
 
 
 def positive_float(text: str) -> float:
