@@ -42,7 +42,9 @@ import argparse
 import os
 import platform
 import statistics
+import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
@@ -52,6 +54,9 @@ from rpr_mt.config import config_from_dict
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.kernels import content_attention, native, relative_attention
 from rpr_mt.model.positions import AttentionPositions, build_position_scheme, relative_position_index
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 
 FLOOR_CANDIDATES = ("SDPA", "matmul-softmax-matmul", "content (rpr-mt)")
 
@@ -127,23 +132,24 @@ def measure_memory(fn: Callable[[], torch.Tensor], grad_out: torch.Tensor, exclu
     return total
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[32, 64, 128, 256, 512])
-    parser.add_argument("--repeats", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[32, 64, 128, 256, 512])
+    parser.add_argument("--repeats", type=positive_int, default=5)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu")
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64, help="per-head dimension d")
-    parser.add_argument("--clip", type=int, default=16, help="maximum relative distance k")
+    parser.add_argument("--batch", type=positive_int, default=32)
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--dim", type=positive_int, default=64, help="per-head dimension d")
+    parser.add_argument("--clip", type=non_negative_int, default=16, help="maximum relative distance k")
     parser.add_argument("--shared", action="store_true", help="tables shared across heads (default: per head)")
     parser.add_argument("--naive-limit-gb", type=float, default=4.0)
     parser.add_argument("--no-memory", action="store_true", help="skip the memory measurement")
     parser.add_argument("--methods", nargs="+", default=None, help="only rows whose name contains one of these")
     parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
                         help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
 
     torch.set_num_threads(args.threads)
     if args.malloc == "keep":

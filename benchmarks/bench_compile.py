@@ -20,22 +20,37 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.kernels import relative_attention
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--shapes", nargs="+", default=["100x4x20", "32x8x128"], help="BATCHxHEADSxLENGTH")
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--clip", type=int, default=16)
-    parser.add_argument("--repeats", type=int, default=7)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+
+def batch_shape(text: str) -> str:
+    """An argparse type: BATCHxHEADSxLENGTH, three positive integers (kept as written: it labels the rows)."""
+    parts = text.split("x")
+    if len(parts) != 3 or not all(part.isdigit() and int(part) > 0 for part in parts):
+        raise argparse.ArgumentTypeError(f"{text!r}: expected BATCHxHEADSxLENGTH, three positive integers like 32x8x128")
+    return text
+
+
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--shapes", nargs="+", type=batch_shape, default=["100x4x20", "32x8x128"],
+                        help="BATCHxHEADSxLENGTH")
+    parser.add_argument("--dim", type=positive_int, default=64)
+    parser.add_argument("--clip", type=non_negative_int, default=16)
+    parser.add_argument("--repeats", type=positive_int, default=7)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_memory()
     compiled = torch.compile(lambda *a: relative_attention(*a, clip=args.clip, impl="gather"), dynamic=False)

@@ -18,7 +18,9 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 import torch.nn.functional as F
@@ -27,17 +29,21 @@ from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.dropout import drop_rate, dropout, keep_mask
 from rpr_mt.model.kernels.native import NativeRelativeAttention, available
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, positive_int, probability, reports_user_errors  # noqa: E402
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[16, 24, 32, 48, 64, 100, 128])
-    parser.add_argument("--tokens", type=int, default=4096)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--dropout", type=float, default=0.1)
-    parser.add_argument("--rounds", type=int, default=9)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[16, 24, 32, 48, 64, 100, 128])
+    parser.add_argument("--tokens", type=positive_int, default=4096)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--dim", type=positive_int, default=64)
+    parser.add_argument("--dropout", type=probability, default=0.1)
+    parser.add_argument("--rounds", type=positive_int, default=9)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_memory()
     H, d, p = args.heads, args.dim, args.dropout

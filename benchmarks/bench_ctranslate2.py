@@ -31,6 +31,7 @@ import dataclasses
 import gzip
 import os
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -42,6 +43,9 @@ from rpr_mt.decode.ctranslate2 import ExportedTranslator
 from rpr_mt.decode.translate import read_lines, translate_lines
 from rpr_mt.evaluate import score
 from rpr_mt.export.ctranslate2 import export_ctranslate2
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
 
@@ -93,23 +97,24 @@ def plain_ctranslate2(exported: ExportedTranslator, lines: list[str], decode: De
     return [vocab.decode(exported.piece_ids(r.hypotheses[0])) for r in results]
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", help="an exportable trained checkpoint or run directory")
     parser.add_argument("--which", default="best", help="for a run directory: best, last or average")
     parser.add_argument("--src", default="en")
     parser.add_argument("--tgt", default="de")
-    parser.add_argument("--lines", type=int, default=None, help="translate only the first N lines")
-    parser.add_argument("--beam-size", type=int, default=4)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--repeats", type=int, default=1, help="median of this many runs per row")
+    parser.add_argument("--lines", type=positive_int, default=None, help="translate only the first N lines")
+    parser.add_argument("--beam-size", type=positive_int, default=4)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--repeats", type=positive_int, default=1, help="median of this many runs per row")
     parser.add_argument("--quick", action="store_true", help="20 lines and a small random model: a smoke test")
-    parser.add_argument("--spm-size", type=int, default=8000, help="random model: SentencePiece pieces")
-    parser.add_argument("--spm-sentences", type=int, default=20000, help="...trained on this many sentences")
-    parser.add_argument("--d-model", type=int, default=256, help="random model: width")
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    args = parser.parse_args()
+    parser.add_argument("--spm-size", type=positive_int, default=8000, help="random model: SentencePiece pieces")
+    parser.add_argument("--spm-sentences", type=positive_int, default=20000, help="...trained on this many sentences")
+    parser.add_argument("--d-model", type=positive_int, default=256, help="random model: width")
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--layers", type=positive_int, default=3)
+    args = parser.parse_args(argv)
     if args.quick:
         args.lines = args.lines or 20
         args.spm_size, args.spm_sentences, args.d_model, args.layers = 500, 2000, 64, 1

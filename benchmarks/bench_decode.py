@@ -30,6 +30,7 @@ import argparse
 import dataclasses
 import gzip
 import statistics
+import sys
 import tempfile
 import time
 from pathlib import Path
@@ -38,6 +39,10 @@ import torch
 
 from rpr_mt.config import DecodeConfig, ModelConfig
 from rpr_mt.decode.translate import read_lines, translate_lines
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_train.py, beside this file
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
+from bench_train import SCHEMES  # noqa: E402
 
 SHARED = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k"
 DEFAULT_INPUT = SHARED / "test_2016_flickr.en.gz"
@@ -87,26 +92,27 @@ def timed(model, vocab, lines, decode: DecodeConfig, full_prefix: bool, repeats:
     return statistics.median(times), outputs
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--input", default=str(DEFAULT_INPUT), help="source text (.gz allowed)")
-    parser.add_argument("--lines", type=int, default=100, help="translate the first N lines")
+    parser.add_argument("--lines", type=positive_int, default=100, help="translate the first N lines")
     parser.add_argument("--checkpoint", action="append", help="trained checkpoint or run dir (repeatable)")
     parser.add_argument("--which", default="best", help="for a run directory: best, last or average")
     parser.add_argument("--vocab", help="random models: SentencePiece .model or prepared data dir")
-    parser.add_argument("--spm-size", type=int, default=8000, help="random models without --vocab: pieces")
-    parser.add_argument("--spm-sentences", type=int, default=20000, help="...trained on this many sentences")
-    parser.add_argument("--positions", nargs="+", default=["relative", "absolute"])
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--ff", type=int, default=1024)
-    parser.add_argument("--beam-sizes", type=int, nargs="+", default=[1, 4])
-    parser.add_argument("--max-tokens", type=int, default=DecodeConfig.max_tokens)
-    parser.add_argument("--repeats", type=int, default=1, help="median of this many runs per cell")
+    parser.add_argument("--spm-size", type=positive_int, default=8000, help="random models without --vocab: pieces")
+    parser.add_argument("--spm-sentences", type=positive_int, default=20000, help="...trained on this many sentences")
+    parser.add_argument("--positions", nargs="+", choices=SCHEMES, default=["relative", "absolute"])
+    parser.add_argument("--d-model", type=positive_int, default=256)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--layers", type=positive_int, default=3)
+    parser.add_argument("--ff", type=positive_int, default=1024)
+    parser.add_argument("--beam-sizes", type=positive_int, nargs="+", default=[1, 4])
+    parser.add_argument("--max-tokens", type=positive_int, default=DecodeConfig.max_tokens)
+    parser.add_argument("--repeats", type=positive_int, default=1, help="median of this many runs per cell")
     parser.add_argument("--no-recompute", action="store_true", help="only time the cached decoder")
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+    parser.add_argument("--threads", type=positive_int, default=2)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
 
     lines = read_lines(args.input)[: args.lines]

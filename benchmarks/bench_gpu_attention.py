@@ -23,32 +23,36 @@ mask (the last 10% of keys of every other sentence) or a causal one.
 from __future__ import annotations
 
 import argparse
-import json
 import contextlib
+import json
 import statistics
 import sys
 import time
+from pathlib import Path
 from typing import Callable
 
 import torch
 import torch.nn.functional as F
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 
 COLUMNS = ["L", "B", "SDPA flash (ms)", "K+V triton (ms)", "/ SDPA", "K only triton", "V only triton",
            "K+V torch (ms)", "/ SDPA", "peak MiB SDPA / triton / torch", "triton tiles"]
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
-    parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch: B = tokens // L")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64, help="per-head dimension d")
-    parser.add_argument("--clip", type=int, default=16, help="maximum relative distance k")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--tokens", type=positive_int, default=16384, help="tokens per batch: B = tokens // L")
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--dim", type=positive_int, default=64, help="per-head dimension d")
+    parser.add_argument("--clip", type=non_negative_int, default=16, help="maximum relative distance k")
     parser.add_argument("--shared", action="store_true", help="tables shared across heads (default: per head)")
     parser.add_argument("--dtype", choices=["bf16", "fp16", "fp32"], default="bf16")
     parser.add_argument("--mask", choices=["none", "padding", "causal"], default="none")
-    parser.add_argument("--repeats", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=non_negative_int, default=3)
     parser.add_argument("--blocks", nargs="+", default=["64,64,4,2", "128,64,8,2", "64,32,4,3"],
                         help="Triton tile configurations BM,BN,warps,stages to try for K+V (the fastest is used)")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
@@ -213,6 +217,7 @@ def describe(args: argparse.Namespace) -> str:
             f"forward+backward, median of {args.repeats}")
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     print(describe(args))

@@ -46,7 +46,8 @@ from pathlib import Path
 import numpy as np
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_train, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_train.py, beside this file
+from arguments import ArgumentParser, at_least, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 
 COLUMNS = ["model", "tokens/batch", "scheme", "tgt tok/s", "/ absolute", "peak MiB", "/ absolute",
            "compiles (timed)"]
@@ -55,17 +56,18 @@ IMPLS = {"relative-torch": "fused", "relative-triton": "triton", "relative-trito
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--presets", nargs="+", choices=["base", "big"], default=["base"])
-    parser.add_argument("--max-tokens", type=int, nargs="+", default=[3125, 25000])
+    parser.add_argument("--max-tokens", type=positive_int, nargs="+", default=[3125, 25000])
     parser.add_argument("--schemes", nargs="+", choices=SCHEMES, default=SCHEMES[:3])
     parser.add_argument("--tiles", default="", help="RPR_MT_TRITON_TILES of the relative-triton-tiles scheme (on a "
                         "GPU; the interpreter keeps its own tiles)")
     parser.add_argument("--precision", choices=["bf16", "fp16", "fp32"], default="bf16")
-    parser.add_argument("--vocab", type=int, default=32768)
-    parser.add_argument("--updates", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=20, help="untimed updates first, replaying the timed batches")
-    parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument("--vocab", type=at_least(16), default=32768)
+    parser.add_argument("--updates", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=non_negative_int, default=20,
+                        help="untimed updates first, replaying the timed batches")
+    parser.add_argument("--repeats", type=positive_int, default=3)
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda",
                         help="cpu: a smoke test of this script (with --tiny; the Triton rows need TRITON_INTERPRET=1)")
     parser.add_argument("--tiny", action="store_true", help="a 2-layer d_model 32 model instead of the presets")
@@ -74,7 +76,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
                         help="after the first repeat's timed updates of each row, profile --profile-updates more "
                         "(torch.profiler) and write DIR/<model>_<tokens>_<scheme>.txt: GPU-busy share of the wall "
                         "clock, top operators by device and by host time")
-    parser.add_argument("--profile-updates", type=int, default=5)
+    parser.add_argument("--profile-updates", type=positive_int, default=5)
     parser.add_argument("--dry-run", action="store_true", help="print the table's form without measuring")
     return parser.parse_args(argv)
 
@@ -299,6 +301,7 @@ def describe(args: argparse.Namespace) -> str:
             f"torch {torch.__version__}" + (f", tiles {args.tiles}" if args.tiles else ""))
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if ("relative-triton-tiles" in args.schemes) != bool(args.tiles):

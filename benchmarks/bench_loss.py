@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
+from pathlib import Path
 
 import torch
 
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.train.loss import label_smoothed_nll
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, at_least, positive_int, reports_user_errors  # noqa: E402
 
 
 def autograd_loss(logits: torch.Tensor, target: torch.Tensor, epsilon: float) -> tuple[torch.Tensor, torch.Tensor]:
@@ -35,13 +40,14 @@ def time_once(loss_fn, logits: torch.Tensor, target: torch.Tensor) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--tokens", type=int, nargs="+", default=[3600])
-    parser.add_argument("--vocab", type=int, nargs="+", default=[8000])
-    parser.add_argument("--rounds", type=int, default=11)
-    parser.add_argument("--threads", type=int, default=2)
-    args = parser.parse_args()
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--tokens", type=positive_int, nargs="+", default=[3600])
+    parser.add_argument("--vocab", type=at_least(2), nargs="+", default=[8000])
+    parser.add_argument("--rounds", type=positive_int, default=11)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_memory()  # as the trainer runs: freed [N, V] buffers are reused, not returned to the OS
     print(f"# label-smoothed loss, forward+backward, {args.threads} threads, median of {args.rounds} rounds\n")

@@ -18,16 +18,21 @@ from __future__ import annotations
 
 import argparse
 import statistics
+import sys
 import time
 from collections import defaultdict
+from pathlib import Path
 
 import numpy as np
 import torch
 from torch.utils.flop_counter import FlopCounterMode
 
-from bench_train import SyntheticIds, add_model_arguments, lengths, training_module
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.train.batching import collate, make_batches
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_train.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_float, positive_int, reports_user_errors  # noqa: E402
+from bench_train import SyntheticIds, add_model_arguments, lengths, training_module  # noqa: E402
 
 MATMUL_OPS = ("aten::mm", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::matmul", "aten::linear")
 
@@ -50,16 +55,18 @@ def _timed(fn) -> float:
     return time.perf_counter() - start
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--positions", default="relative", choices=["relative", "absolute"])
     add_model_arguments(parser)
-    parser.add_argument("--updates", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--goal", type=float, default=2950.0, help="target tokens/s to compare with the ceiling")
-    parser.add_argument("--top", type=int, default=12, help="operators listed in the time breakdown")
-    args = parser.parse_args()
+    parser.add_argument("--updates", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=non_negative_int, default=3)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--goal", type=positive_float, default=2950.0,
+                        help="target tokens/s to compare with the ceiling")
+    parser.add_argument("--top", type=positive_int, default=12, help="operators listed in the time breakdown")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     keep_freed_memory()
 

@@ -24,23 +24,29 @@ from pathlib import Path
 
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 QUICK_CHECKPOINT = REPO / "tests" / "model" / "fixtures" / "old_shaw_per_head.pt"
 QUICK_LINES = ["A man rides a bike. A dog runs after him. They stop at a red light.", "Two kids play.",
                "", "A woman sings on a stage. The crowd claps."]
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--checkpoint", help="a checkpoint file or a run directory")
     parser.add_argument("--which", default="best", help="for a run directory: best, last or average")
     parser.add_argument("--input", help="source text, one line (sentence or paragraph) a line; .gz allowed")
-    parser.add_argument("--lines", type=int, default=None, help="only the first N lines of --input")
-    parser.add_argument("--repeats", type=int, default=3, help="timed runs per way (median reported)")
-    parser.add_argument("--beam-size", type=int, default=None, help="default: the checkpoint's decode.beam_size")
-    parser.add_argument("--max-tokens", type=int, default=None, help="default: the checkpoint's decode.max_tokens")
+    parser.add_argument("--lines", type=positive_int, default=None, help="only the first N lines of --input")
+    parser.add_argument("--repeats", type=positive_int, default=3, help="timed runs per way (median reported)")
+    parser.add_argument("--beam-size", type=positive_int, default=None,
+                        help="default: the checkpoint's decode.beam_size")
+    parser.add_argument("--max-tokens", type=positive_int, default=None,
+                        help="default: the checkpoint's decode.max_tokens")
     parser.add_argument("--device", default="cpu", help="cpu or cuda")
-    parser.add_argument("--threads", type=int, default=None, help="torch intra-op threads (default: torch's)")
+    parser.add_argument("--threads", type=positive_int, default=None, help="torch intra-op threads (default: torch's)")
     parser.add_argument("--quick", action="store_true", help="smoke test: the tests' tiny checkpoint, 1 repeat")
     args = parser.parse_args(argv)
 

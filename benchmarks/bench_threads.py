@@ -30,6 +30,9 @@ import tempfile
 import time
 from pathlib import Path
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
+
 REPO = Path(__file__).resolve().parents[1]
 
 # OpenMP settings by name. libgomp (PyTorch's CPU wheels on Linux) spins a while in a barrier before sleeping; a
@@ -121,21 +124,26 @@ def measure(config: str, threads: int, policy: str, args: argparse.Namespace, wo
     return statistics.median(rates)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--config", default="configs/demo.yaml", help="the training config to measure")
-    parser.add_argument("--threads", nargs="+", type=int, default=[1, 2])
+    parser.add_argument("--threads", nargs="+", type=positive_int, default=[1, 2])
     parser.add_argument("--policies", nargs="+", choices=sorted(POLICIES), default=["default", "passive", "active"])
     parser.add_argument("--loads", nargs="+", choices=LOADS, default=["quiet", "busy1", "train"])
-    parser.add_argument("--updates", type=int, default=60, help="timed updates a cell")
-    parser.add_argument("--warmup", type=int, default=10, help="updates before the timed ones")
-    parser.add_argument("--log-every", type=int, default=10, help="updates a log window (one rate each)")
-    parser.add_argument("--repeats", type=int, default=2)
+    parser.add_argument("--updates", type=positive_int, default=60, help="timed updates a cell")
+    parser.add_argument("--warmup", type=non_negative_int, default=10, help="updates before the timed ones")
+    parser.add_argument("--log-every", type=positive_int, default=10, help="updates a log window (one rate each)")
+    parser.add_argument("--repeats", type=positive_int, default=2)
     parser.add_argument("--quick", action="store_true",
                         help="4 timed updates a cell, one repeat, default policy: checks that the script works")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
     if args.quick:
         args.updates, args.warmup, args.log_every, args.repeats, args.policies = 4, 2, 2, 1, ["default"]
+    from rpr_mt.config import load_config  # no torch: this process's threads are not set yet
+
+    # read as the runs read it (from REPO): a bad config is one line now, not a failed `rpr-mt prepare` and a traceback
+    load_config(REPO / args.config)
 
     import torch
 

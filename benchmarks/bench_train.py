@@ -26,13 +26,13 @@ from __future__ import annotations
 import argparse
 import gzip
 import statistics
+import sys
 import time
+import typing
 from pathlib import Path
 
 import numpy as np
 import torch
-
-import typing
 
 from rpr_mt.config import ModelConfig
 from rpr_mt.host import keep_freed_memory
@@ -40,6 +40,11 @@ from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches
 from rpr_mt.train.device import autocast
 from rpr_mt.train.loss import TranslationLoss
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import (  # noqa: E402
+    ArgumentParser, at_least, non_negative_int, positive_int, probability, reports_user_errors,
+)
 
 SCHEMES = list(typing.get_args(typing.get_type_hints(ModelConfig)["positions"]))
 MULTI30K = Path(__file__).resolve().parents[1] / ".." / "shared" / "data" / "multi30k" / "train.de.gz"
@@ -82,13 +87,14 @@ def lengths(regime: str, n: int, rng: np.random.Generator) -> tuple[np.ndarray, 
 
 def add_model_arguments(parser: argparse.ArgumentParser) -> None:
     """The model and batch size options (defaults: the time-to-BLEU model, 4,096-token batches)."""
-    parser.add_argument("--d-model", type=int, default=256)
-    parser.add_argument("--heads", type=int, default=4)
-    parser.add_argument("--layers", type=int, default=3)
-    parser.add_argument("--ff", type=int, default=1024)
-    parser.add_argument("--vocab", type=int, default=8000)
-    parser.add_argument("--max-tokens", type=int, default=4096)
-    parser.add_argument("--attention-dropout", type=float, default=0.1, help="0.1 as in the OpenNMT-py peer setup")
+    parser.add_argument("--d-model", type=positive_int, default=256)
+    parser.add_argument("--heads", type=positive_int, default=4)
+    parser.add_argument("--layers", type=positive_int, default=3)
+    parser.add_argument("--ff", type=positive_int, default=1024)
+    parser.add_argument("--vocab", type=at_least(16), default=8000)
+    parser.add_argument("--max-tokens", type=positive_int, default=4096)
+    parser.add_argument("--attention-dropout", type=probability, default=0.1,
+                        help="0.1 as in the OpenNMT-py peer setup")
 
 
 def training_module(positions: str, args) -> tuple[Seq2Seq, TranslationLoss]:
@@ -128,23 +134,29 @@ def measure(positions: str | ModelConfig, precision: str, data: SyntheticIds, ar
     return sum(tokens) / sum(times)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--regimes", nargs="+", default=["multi30k", "wmt"])
-    parser.add_argument("--precisions", nargs="+", default=["fp32", "bf16"])
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--regimes", nargs="+", choices=["multi30k", "wmt"], default=["multi30k", "wmt"])
+    parser.add_argument("--precisions", nargs="+", choices=["fp32", "bf16", "fp16"], default=["fp32", "bf16"])
     add_model_arguments(parser)
-    parser.add_argument("--updates", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    parser.add_argument("--repeats", type=int, default=3, help="alternating measurements of the schemes; median reported")
+    parser.add_argument("--updates", type=positive_int, default=20)
+    parser.add_argument("--warmup", type=non_negative_int, default=3)
+    parser.add_argument("--repeats", type=positive_int, default=3,
+                        help="alternating measurements of the schemes; median reported")
     parser.add_argument("--schemes", nargs="+", default=["relative"], choices=SCHEMES + ["all"],
                         help="schemes measured beside absolute (all: every model.positions choice)")
-    parser.add_argument("--threads", type=int, default=2)
+    parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--malloc", choices=["keep", "default"], default="keep",
                         help="keep: as `rpr-mt train` does on CPU (rpr_mt.host.keep_freed_memory); default: glibc's")
     parser.add_argument("--study", metavar="CONFIG",
                         help="measure the cells of the study table 'schemes' with this config's model and max_tokens")
     parser.add_argument("--json", metavar="FILE", help="with --study: also write the ratios here")
-    args = parser.parse_args()
+    args = parser.parse_args(argv)
+    if args.study:  # a bad --study config is refused before any measurement
+        from rpr_mt.config import load_config
+
+        load_config(args.study)
     torch.set_num_threads(args.threads)
     if args.malloc == "keep":
         keep_freed_memory()

@@ -16,15 +16,20 @@ import argparse
 import json
 import sys
 import time
+from pathlib import Path
 
 import numpy as np
 import torch
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
 
+
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=200)
-    parser.add_argument("--tokens", type=int, default=3125, help="tokens per call: B = tokens // L")
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=positive_int, default=200)
+    parser.add_argument("--tokens", type=positive_int, default=3125, help="tokens per call: B = tokens // L")
     parser.add_argument("--json", default=None)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():

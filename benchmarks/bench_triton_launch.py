@@ -24,8 +24,12 @@ import statistics
 import sys
 import time
 from collections.abc import Callable
+from pathlib import Path
 
 import torch
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
 
 KERNELS = ("_shaw_fwd", "_shaw_bwd_pre", "_shaw_bwd_dkdv", "_shaw_bwd_dq")
 
@@ -83,10 +87,11 @@ class Recorded:
         return launch
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=100)
-    parser.add_argument("--repeats", type=int, default=5)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=positive_int, default=100)
+    parser.add_argument("--repeats", type=positive_int, default=5)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing measured", file=sys.stderr)

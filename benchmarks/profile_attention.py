@@ -9,26 +9,32 @@ projection). The native row kernels are custom ops, so they show up by name besi
 from __future__ import annotations
 
 import argparse
+import sys
+from pathlib import Path
 
 import torch
 from torch.profiler import profile
 
 from rpr_mt.model.attention import relative_attention
 
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--length", type=int, default=128)
-    parser.add_argument("--batch", type=int, default=32)
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64, help="per-head dimension d")
-    parser.add_argument("--clip", type=int, default=16)
+
+@reports_user_errors
+def main(argv: list[str] | None = None) -> None:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--length", type=positive_int, default=128)
+    parser.add_argument("--batch", type=positive_int, default=32)
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--dim", type=positive_int, default=64, help="per-head dimension d")
+    parser.add_argument("--clip", type=non_negative_int, default=16)
     parser.add_argument("--impl", default="native")
     parser.add_argument("--no-tables", action="store_true", help="no Shaw tables: content attention only")
-    parser.add_argument("--steps", type=int, default=5)
-    parser.add_argument("--threads", type=int, default=2)
-    parser.add_argument("--rows", type=int, default=16, help="how many ops to print")
-    args = parser.parse_args()
+    parser.add_argument("--steps", type=positive_int, default=5)
+    parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--rows", type=positive_int, default=16, help="how many ops to print")
+    args = parser.parse_args(argv)
     torch.set_num_threads(args.threads)
     torch.manual_seed(0)
 

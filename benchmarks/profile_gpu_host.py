@@ -18,13 +18,16 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # tune_gpu_attention, bench_triton_launch, beside this file
+# arguments.py, tune_gpu_attention.py, bench_triton_launch.py, beside this file
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--calls", type=int, default=50)
-    parser.add_argument("--top", type=int, default=35)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--calls", type=positive_int, default=50)
+    parser.add_argument("--top", type=positive_int, default=35)
     args = parser.parse_args(argv)
     if not torch.cuda.is_available():
         print("no CUDA device: nothing measured", file=sys.stderr)

@@ -31,8 +31,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))  # bench_gpu_attention, beside this file
-
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_gpu_attention.py, beside this file
+from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 from bench_gpu_attention import make_mask, sdpa_call  # noqa: E402
 
 KERNELS = {"_shaw_fwd": "forward", "_shaw_bwd_pre": "pre", "_shaw_bwd_dkdv": "dkdv", "_shaw_bwd_dq": "dq"}
@@ -42,17 +42,18 @@ CANDIDATES = ["64,64,4,2", "64,64,4,3", "64,32,4,3", "32,64,4,3", "32,32,2,3", "
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--lengths", type=int, nargs="+", default=[128, 256, 512])
-    parser.add_argument("--tokens", type=int, default=16384, help="tokens per batch: B = tokens // L")
-    parser.add_argument("--heads", type=int, default=8)
-    parser.add_argument("--dim", type=int, default=64)
-    parser.add_argument("--clip", type=int, default=16)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[128, 256, 512])
+    parser.add_argument("--tokens", type=positive_int, default=16384, help="tokens per batch: B = tokens // L")
+    parser.add_argument("--heads", type=positive_int, default=8)
+    parser.add_argument("--dim", type=positive_int, default=64)
+    parser.add_argument("--clip", type=non_negative_int, default=16)
     parser.add_argument("--candidates", nargs="+", default=CANDIDATES, help="tiles BM,BN,warps,stages to try")
     parser.add_argument("--masks", nargs="+", choices=["none", "padding", "causal"], default=["none"],
                         help="masks to tune for (padding: the last 10%% of keys of every other sentence, as an encoder "
                              "meets it; causal: a decoder's); the tiles are chosen over all of them")
-    parser.add_argument("--repeats", type=int, default=10, help="profiled (and timed: 2x) forward+backward calls")
+    parser.add_argument("--repeats", type=positive_int, default=10,
+                        help="profiled (and timed: 2x) forward+backward calls")
     parser.add_argument("--device", choices=["cuda", "cpu"], default="cuda")
     parser.add_argument("--json", default=None, help="write everything measured to this file")
     parser.add_argument("--tiles-out", default=None, help="write the chosen RPR_MT_TRITON_TILES value to this file")
@@ -146,6 +147,7 @@ def choose(sweep: list[dict]):
     return Tiles(blocks(forward), blocks(dkdv), blocks(dq))
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.device == "cuda" and not torch.cuda.is_available():

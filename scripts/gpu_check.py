@@ -42,6 +42,11 @@ import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(REPO / "benchmarks"))  # the benchmarks' shared argument types, beside the ones it runs
+from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
+
+from rpr_mt.errors import UserError  # noqa: E402
+
 PARTS = ("tests", "trainer", "ddp", "train", "bench")
 ATTENTION_GOAL = 1.3  # Shaw K+V forward+backward / SDPA flash, L = 128-512
 ATTENTION_GOAL_LENGTHS = (128, 256, 512)
@@ -57,23 +62,54 @@ PER_GPU_TOKENS = UPDATE_TOKENS // 8  # one GPU's share of an update on 8 GPUs
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--parts", nargs="+", choices=PARTS, default=list(PARTS))
     parser.add_argument("--dry-run", action="store_true", help="print the plan and the table's form; needs no GPU")
     parser.add_argument("--all-tests", action="store_true", help="also run every Triton kernel test on the GPU")
     parser.add_argument("--presets", nargs="+", choices=["base", "big"], default=["base"],
                         help="models of the training part (big adds about 2 minutes)")
-    parser.add_argument("--lengths", type=int, nargs="+", default=[64, 128, 256, 512, 1024])
-    parser.add_argument("--gpus", type=int, default=None, help="processes for the torchrun part (default: all GPUs)")
+    parser.add_argument("--lengths", type=positive_int, nargs="+", default=[64, 128, 256, 512, 1024])
+    parser.add_argument("--gpus", type=positive_int, default=None,
+                        help="processes for the torchrun part (default: all GPUs)")
     parser.add_argument("--multi30k-dir", default=None,
                         help="trainer part: Multi30k's files (as ../shared/data/multi30k, with tok/) for the recipe run")
-    parser.add_argument("--multi30k-steps", type=int, default=600, help="trainer part: updates of the recipe run")
-    parser.add_argument("--part-timeout", type=int, default=None,
+    parser.add_argument("--multi30k-steps", type=positive_int, default=600,
+                        help="trainer part: updates of the recipe run")
+    parser.add_argument("--part-timeout", type=positive_int, default=None,
                         help="seconds each command of a part may take (default: per part, PART_TIMEOUTS)")
     parser.add_argument("--out", default=None, help="write the Markdown here (default runs/gpu_check/<time>.md)")
     parser.add_argument("--ddp-worker", action="store_true", help=argparse.SUPPRESS)  # the torchrun child
     parser.add_argument("--ddp-device", choices=["cuda", "cpu"], default="cuda", help=argparse.SUPPRESS)  # cpu: gloo
     return parser.parse_args(argv)
+
+
+def check_paths(args: argparse.Namespace) -> None:
+    """Refuse a --multi30k-dir without the recipe's files and an --out that cannot be written, before the first part
+    (else `rpr-mt prepare` or the first table write finds them, minutes in). Creates nothing."""
+    if args.multi30k_dir is not None:
+        root = Path(args.multi30k_dir)
+        if not root.is_dir():
+            raise UserError(f"--multi30k-dir {root}: no such directory")
+        from rpr_mt.config import load_config
+        from rpr_mt.data.sources import local_inputs
+
+        # the files the recipe run reads, as the data pipeline names them
+        data = load_config(REPO / "configs" / "multi30k_en_de_lit.yaml", [f"data.multi30k_dir={root}"]).data
+        missing = [path for path in local_inputs(data).values() if not path.is_file()]
+        if missing:
+            raise UserError(f"--multi30k-dir {root}: missing {missing[0].relative_to(root)}"
+                            + (f" and {len(missing) - 1} more" if len(missing) > 1 else "")
+                            + " (the recipe reads tok/{train,val,test_2016_flickr}.{en,de}.gz)")
+    if args.out is not None:
+        out = Path(args.out)
+        if out.is_dir():
+            raise UserError(f"--out {out} is a directory; give a file, e.g. {out / 'gpu_check.md'}")
+        parent = out.parent
+        while not parent.exists():  # the nearest existing folder must be one this user can create folders in
+            parent = parent.parent
+        if not parent.is_dir() or not os.access(parent, os.W_OK | os.X_OK):
+            raise UserError(f"--out {out}: cannot create its directory ({parent} is "
+                            f"{'not a directory' if not parent.is_dir() else 'not writable'})")
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -148,8 +184,6 @@ def _training_records(run_dir: Path) -> list[dict]:
 def _last_speed(run_dir: Path) -> dict:
     """A run's last update, its median target tokens/s over the last half of its logged windows (a GPU's first
     epoch is several times slower: new batch shapes), and its peak memory."""
-    from rpr_mt.errors import UserError
-
     try:
         records = _training_records(run_dir)
     except UserError:
@@ -269,8 +303,6 @@ def trainer_under_torchrun(work: Path, gpus: int) -> dict:
     code, output, seconds = run_logged([*torchrun(), "--standalone", "--nproc_per_node", str(gpus), "-m",
                                         "rpr_mt.cli", "train", "--config", "configs/demo.yaml", *sets],
                                        work / "demo_train.log", timeout=600)
-    from rpr_mt.errors import UserError
-
     try:
         records = _training_records(run_dir)
     except UserError as err:
@@ -482,12 +514,16 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
     return [f"{part}: {steps[part]}" for part in args.parts]
 
 
+@reports_user_errors
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(argv)
     if args.ddp_worker:
         ddp_worker(args.out, args.ddp_device)
         return 0
+    check_paths(args)
     env = environment()
+    if args.gpus is not None and 0 < env["gpus"] < args.gpus and not args.dry_run:
+        raise UserError(f"--gpus {args.gpus}: this machine has {env['gpus']} GPU(s)")
     gpus = args.gpus or max(env["gpus"], 1)
     if args.dry_run:
         print("# plan (WORK: a fresh directory under runs/gpu_check)")

@@ -46,6 +46,57 @@ def test_arguments_are_checked():
     assert done.returncode == 2 and "invalid choice" in done.stderr
 
 
+@pytest.mark.parametrize("arguments, fragment", [
+    (["--gpus", "0"], "--gpus: must be >= 1 (got 0)"),
+    (["--gpus", "-2"], "--gpus: must be >= 1 (got -2)"),
+    (["--lengths", "128", "0"], "--lengths: must be >= 1 (got 0)"),
+    (["--lengths", "-64"], "--lengths: must be >= 1 (got -64)"),
+    (["--multi30k-steps", "0"], "--multi30k-steps: must be >= 1 (got 0)"),
+    (["--part-timeout", "-1"], "--part-timeout: must be >= 1 (got -1)"),
+    (["--multi30k-dir", "{tmp}/absent"], "--multi30k-dir {tmp}/absent: no such directory"),
+    (["--multi30k-dir", "{tmp}/empty"], "--multi30k-dir {tmp}/empty: missing tok/train.en.gz"),
+    (["--out", "{tmp}/file.txt/table.md"], "--out {tmp}/file.txt/table.md: cannot create its directory"),
+    (["--out", "{tmp}/empty"], "--out {tmp}/empty is a directory; give a file"),
+], ids=["gpus-0", "gpus-negative", "lengths-0", "lengths-negative", "steps-0", "timeout-negative", "m30k-absent",
+        "m30k-empty", "out-under-a-file", "out-a-directory"])
+def test_bad_arguments_stop_it_before_any_work(arguments, fragment, tmp_path, capsys, monkeypatch):
+    """Each a one-line error naming the option and its value, exit code 2, before the first part (a missing Multi30k
+    directory was found by `rpr-mt prepare` minutes into the run; --gpus 0 silently meant every GPU)."""
+    gpu_check = load_script("scripts/gpu_check.py")
+    (tmp_path / "empty").mkdir()
+    (tmp_path / "file.txt").write_text("x")
+    # a machine with one GPU: the check must come before the parts, which this test would otherwise reach
+    monkeypatch.setattr(gpu_check, "environment", lambda: {"gpus": 1, "gpu": "G", "torch": "t", "cuda": "c"})
+    monkeypatch.setattr(gpu_check, "part_tests", lambda *a: pytest.fail("a part started"))
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in arguments]
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--parts", "tests", *argv])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and fragment.replace("{tmp}", str(tmp_path)) in err, err
+    assert len(err.strip().splitlines()) == 1 and "Traceback" not in err
+
+
+def test_more_gpus_than_the_machine_has_is_refused_before_any_work(capsys, monkeypatch):
+    gpu_check = load_script("scripts/gpu_check.py")
+    monkeypatch.setattr(gpu_check, "environment", lambda: {"gpus": 1, "gpu": "G", "torch": "t", "cuda": "c"})
+    monkeypatch.setattr(gpu_check, "part_tests", lambda *a: pytest.fail("a part started"))
+    with pytest.raises(SystemExit) as stop:
+        gpu_check.main(["--parts", "tests", "ddp", "--gpus", "2"])
+    err = capsys.readouterr().err
+    assert stop.value.code == 2 and "--gpus 2: this machine has 1 GPU(s)" in err and len(err.splitlines()) == 1
+
+
+def test_a_complete_multi30k_directory_and_a_new_out_file_pass(tmp_path):
+    gpu_check = load_script("scripts/gpu_check.py")
+    (tmp_path / "m30k" / "tok").mkdir(parents=True)
+    for prefix in ("train", "val", "test_2016_flickr"):
+        for lang in ("en", "de"):
+            (tmp_path / "m30k" / "tok" / f"{prefix}.{lang}.gz").write_bytes(b"")
+    args = gpu_check.parse_args(["--multi30k-dir", str(tmp_path / "m30k"), "--out", str(tmp_path / "a" / "b.md")])
+    gpu_check.check_paths(args)  # no error
+    assert not (tmp_path / "a").exists()  # checking creates nothing
+
+
 def canned(presets=("base",)) -> dict:
     def train(scheme, tokens, rate, ratio, peak, memory):
         return {"model": "base", "max_tokens": tokens, "scheme": scheme, "tokens_per_s": rate, "ratio": ratio,
