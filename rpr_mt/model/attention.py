@@ -22,7 +22,7 @@ from torch import Tensor, nn
 from rpr_mt.model.cache import KVCache
 from rpr_mt.model.kernels import content_attention, relative_attention
 from rpr_mt.model.kernels.geometry import fold, place
-from rpr_mt.model.masks import causal_mask
+from rpr_mt.model.masks import PreparedMask, causal_mask
 from rpr_mt.model.positions.base import AttentionPositions
 
 __all__ = ["KVCache", "MultiHeadAttention", "causal_mask", "fold", "place", "relative_attention"]
@@ -88,7 +88,7 @@ class MultiHeadAttention(nn.Module):
         query: Tensor,
         memory: Tensor | None = None,
         *,
-        attn_mask: Tensor | None = None,
+        attn_mask: Tensor | PreparedMask | None = None,
         cache: KVCache | None = None,
     ) -> Tensor:
         """query [B, Lq, d_model]; memory None (self-attention) or [B, Lk, d_model] (cross-attention);

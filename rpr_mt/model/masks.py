@@ -7,10 +7,12 @@ zero their outputs afterwards, which also zeroes their gradients.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
 from torch import Tensor
 
-__all__ = ["as_4d", "causal_mask", "mask_bias", "revive_dead_rows"]
+__all__ = ["PreparedMask", "as_4d", "causal_mask", "mask_bias", "prepare_mask", "revive_dead_rows"]
 
 
 def causal_mask(
@@ -42,6 +44,32 @@ def revive_dead_rows(mask: Tensor) -> tuple[Tensor, Tensor | None]:
     if mask.device.type == "cpu" and not bool(dead.any()):  # the check would cost a device sync elsewhere
         return mask, None
     return mask | dead, dead
+
+
+@dataclass(frozen=True)
+class PreparedMask:
+    """A mask as the attention kernels take it, made once for every layer that uses it: ``allowed`` 4-d with the
+    dead rows revived, ``dead`` their indicator [.., Lq, 1] or None. Attention accepts it wherever it accepts a
+    boolean mask. Preparing costs three small kernels on a GPU (any, not, or); each layer of a stack paid them for
+    the same mask, 30 of them per update of a 6+6 model."""
+
+    allowed: Tensor
+    dead: Tensor | None
+
+    def index_select(self, index: Tensor) -> "PreparedMask":
+        """The rows of ``index`` along the batch (a mask whose batch dim is 1 is shared by all and stays)."""
+        def pick(t: Tensor) -> Tensor:
+            return t if t.shape[0] == 1 else t.index_select(0, index)
+
+        return PreparedMask(pick(self.allowed), None if self.dead is None else pick(self.dead))
+
+
+def prepare_mask(mask: Tensor, *, live: bool = False) -> PreparedMask:
+    """``mask`` (boolean, True = may attend, broadcastable to [B, H, Lq, Lk]) prepared once (``PreparedMask``).
+    ``live``: the caller knows that every row has an allowed key (a causal mask allows key 0), so nothing is
+    computed."""
+    mask = as_4d(mask)
+    return PreparedMask(mask, None) if live else PreparedMask(*revive_dead_rows(mask))
 
 
 def mask_bias(mask: Tensor, dtype: torch.dtype) -> Tensor:

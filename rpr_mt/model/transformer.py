@@ -22,7 +22,7 @@ from rpr_mt.config import ModelConfig
 from rpr_mt.model.attention import MultiHeadAttention
 from rpr_mt.model.cache import KVCache
 from rpr_mt.model.dropout import dropout
-from rpr_mt.model.masks import causal_mask
+from rpr_mt.model.masks import PreparedMask, causal_mask, prepare_mask
 from rpr_mt.model.positions import AttentionPositions, build_position_scheme
 
 
@@ -30,13 +30,19 @@ from rpr_mt.model.positions import AttentionPositions, build_position_scheme
 class EncoderOutput:
     memory: Tensor  # [B, S, D]
     src_mask: Tensor  # [B, S], True = real token
-    # Whether any source is padded, decided once by encode: asking the mask again (bool(src_mask.all())) waits for
-    # the GPU, once per forward pass in training and once per step in decoding. A selection of the rows keeps True:
-    # a mask is then passed where none is needed, which is still exact.
-    padded: bool = True
+    # The key-padding mask [B, 1, 1, S] of the encoder's and decoder's attention to the sources, prepared once by
+    # encode; None when no source is padded (attention's fast path). Deciding it again (bool(src_mask.all())) would
+    # wait for the GPU, once per forward pass in training and once per step in decoding. A selection of the rows
+    # keeps a mask where none may be needed any more, which is still exact.
+    key_mask: PreparedMask | None = None
+
+    @property
+    def padded(self) -> bool:
+        return self.key_mask is not None
 
     def reorder(self, index: Tensor) -> "EncoderOutput":
-        return EncoderOutput(self.memory.index_select(0, index), self.src_mask.index_select(0, index), self.padded)
+        key_mask = None if self.key_mask is None else self.key_mask.index_select(index)
+        return EncoderOutput(self.memory.index_select(0, index), self.src_mask.index_select(0, index), key_mask)
 
 
 @dataclass
@@ -89,7 +95,7 @@ class EncoderLayer(nn.Module):
         self.attn_block = Sublayer(cfg.d_model, cfg.dropout, pre_norm)
         self.ff_block = Sublayer(cfg.d_model, cfg.dropout, pre_norm)
 
-    def forward(self, x: Tensor, mask: Tensor | None) -> Tensor:
+    def forward(self, x: Tensor, mask: Tensor | PreparedMask | None) -> Tensor:
         x = self.attn_block(x, lambda h: self.self_attn(h, attn_mask=mask))
         return self.ff_block(x, self.ff)
 
@@ -109,8 +115,8 @@ class DecoderLayer(nn.Module):
         self,
         x: Tensor,
         memory: Tensor,
-        self_mask: Tensor | None,
-        cross_mask: Tensor | None,
+        self_mask: Tensor | PreparedMask | None,
+        cross_mask: Tensor | PreparedMask | None,
         self_cache: KVCache | None = None,
         cross_cache: KVCache | None = None,
     ) -> Tensor:
@@ -161,25 +167,21 @@ class Seq2Seq(nn.Module):
         src_mask = src.ne(self.pad_id)  # [B, S]
         padded = not bool(src_mask.all())  # the forward pass's one device sync for its masks
         # Key-padding mask for attention, [B, 1, 1, S]; None when nothing is padded lets attention take its fast path.
-        attn_mask = src_mask[:, None, None, :] if padded else None
+        key_mask = prepare_mask(src_mask[:, None, None, :]) if padded else None
         x = self._embed(src)
         for layer in self.encoder_layers:
-            x = layer(x, attn_mask)
-        return EncoderOutput(self.encoder_norm(x), src_mask, padded)
+            x = layer(x, key_mask)
+        return EncoderOutput(self.encoder_norm(x), src_mask, key_mask)
 
     # -- decoder ----------------------------------------------------------------------------------------------------
-
-    def _cross_mask(self, enc: EncoderOutput) -> Tensor | None:
-        return enc.src_mask[:, None, None, :] if enc.padded else None
 
     def decode_hidden(self, tgt_in: Tensor, enc: EncoderOutput) -> Tensor:
         """Teacher-forced decoder states before the output projection: tgt_in [B, T] -> [B, T, D]."""
         length = tgt_in.size(1)
-        self_mask = causal_mask(length, length, device=tgt_in.device)
-        cross_mask = self._cross_mask(enc)
+        self_mask = prepare_mask(causal_mask(length, length, device=tgt_in.device), live=True)  # key 0 for all
         x = self._embed(tgt_in)
         for layer in self.decoder_layers:
-            x = layer(x, enc.memory, self_mask, cross_mask)
+            x = layer(x, enc.memory, self_mask, enc.key_mask)
         return self.decoder_norm(x)
 
     def output_logits(self, hidden: Tensor) -> Tensor:
@@ -199,11 +201,11 @@ class Seq2Seq(nn.Module):
         n = tokens.size(1)
         offset = state.length
         # One new token may attend to every cached position: no mask, so attention can take its fast path.
-        self_mask = None if n == 1 else causal_mask(n, offset + n, offset=offset, device=tokens.device)
-        cross_mask = self._cross_mask(enc)
+        self_mask = None if n == 1 else prepare_mask(causal_mask(n, offset + n, offset=offset, device=tokens.device),
+                                                     live=True)
         x = self._embed(tokens, offset)
         for layer, self_cache, cross_cache in zip(self.decoder_layers, state.self_caches, state.cross_caches):
-            x = layer(x, enc.memory, self_mask, cross_mask, self_cache, cross_cache)
+            x = layer(x, enc.memory, self_mask, enc.key_mask, self_cache, cross_cache)
         state.length = offset + n
         return self.output_logits(self.decoder_norm(x))
 

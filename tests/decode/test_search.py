@@ -443,10 +443,11 @@ def test_encoder_output_moves_only_when_a_sentence_is_dropped(monkeypatch) -> No
     assert calls["state"] > calls["cross"] and 1 <= calls["enc"] - 1 == calls["cross"] < len(SOURCES)
 
 
-def test_whether_sources_are_padded_is_decided_once_per_encode(monkeypatch) -> None:
+def test_the_source_mask_is_decided_and_prepared_once_per_encode(monkeypatch) -> None:
     """bool(src_mask.all()) waits for the GPU: the encoder decided it, and then the cross-attention mask asked again
-    in every forward pass of training and at every step of decoding. Now encode decides once and EncoderOutput
-    carries it (kept by reorder), with the same outputs."""
+    in every forward pass of training and at every step of decoding; and every layer prepared the same mask again
+    (three small kernels each on a GPU). Now encode decides and prepares once and EncoderOutput carries the mask
+    (kept by reorder), with the same outputs."""
     model = tiny_model("relative")
     src = make_src(random_sources())  # padded: the lengths differ
     expected = beam_search(model, src, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=4)
@@ -459,13 +460,20 @@ def test_whether_sources_are_padded_is_decided_once_per_encode(monkeypatch) -> N
         return original(self, *args, **kwargs)
 
     monkeypatch.setattr(torch.Tensor, "all", counting_all)
+    import rpr_mt.model.kernels.dispatch as dispatch
+    import rpr_mt.model.masks as masks
+
+    revived = []
+    for module in (dispatch, masks):  # prepare_mask (masks) and a boolean mask's own preparation (dispatch)
+        monkeypatch.setattr(module, "revive_dead_rows", lambda m, f=masks.revive_dead_rows: revived.append(1) or f(m))
     again = beam_search(model, src, beam_size=3, length_penalty=0.6, max_len_a=1.0, max_len_b=4)
     for got, want in zip(again, expected):
         assert_same(got, want, tol=0.0)
-    assert asked == [tuple(src.shape)]
+    assert asked == [tuple(src.shape)] and len(revived) == 1  # the key-padding mask, prepared once for every layer
     asked.clear()
+    revived.clear()
     model(src, src[:, :3])  # a training forward pass: encoder and cross-attention masks from one question
-    assert asked == [tuple(src.shape)]
+    assert asked == [tuple(src.shape)] and len(revived) == 1  # the causal mask is live by construction
     enc = model.encode(src)
     assert enc.padded and enc.reorder(torch.tensor([1])).padded
     assert not model.encode(src[:1, :1]).padded  # one token, nothing padded: no mask, attention's fast path

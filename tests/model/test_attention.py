@@ -16,6 +16,7 @@ from rpr_mt.model.attention import (
     relative_attention,
 )
 from rpr_mt.model.dropout import drop_rate, keep_mask
+from rpr_mt.model.masks import as_4d, prepare_mask
 from rpr_mt.model.positions import ShawTables, relative_position_index
 
 from .reference import reference_attention
@@ -215,6 +216,26 @@ def test_validation():
         relative_attention(q, k, v, rk, rv, clip=1, attn_mask=torch.ones(3, 3))
     with pytest.raises(ValueError):
         MultiHeadAttention(10, 3)
+
+
+@pytest.mark.parametrize("impl", ["native", "fused", "gather"])
+@pytest.mark.parametrize("mask_kind", ["padding", "dead", "causal"])
+def test_a_prepared_mask_gives_what_the_mask_gives(impl, mask_kind):
+    """prepare_mask does once, for every layer of a stack, what each call did with a boolean mask (4-d, dead rows
+    revived); its rows are selected as the batch's are (beam search)."""
+    dtype = torch.float32 if impl == "native" else F64
+    inputs = make_inputs(2, 2, 6, 6, 4, 2, True, True, True, dtype=dtype)
+    mask = make_mask(mask_kind, 2, 2, 6, 6, 0)
+    prepared = prepare_mask(mask, live=mask_kind == "causal")
+    assert (prepared.dead is not None) == (mask_kind == "dead")
+    expected = grads(relative_attention(*inputs, clip=2, attn_mask=mask, impl=impl), inputs)
+    actual = grads(relative_attention(*inputs, clip=2, attn_mask=prepared, impl=impl), inputs)
+    for a, e in zip(actual, expected):
+        torch.testing.assert_close(a, e, atol=0, rtol=0)
+    index = torch.tensor([1, 1, 0])
+    selected = prepared.index_select(index)
+    rows = as_4d(mask).shape[0] > 1
+    assert torch.equal(selected.allowed, prepare_mask(as_4d(mask)[index] if rows else mask).allowed)
 
 
 def test_causal_mask():

@@ -45,7 +45,7 @@ from rpr_mt.model.kernels.fused import FusedRelativeAttention
 from rpr_mt.model.kernels.gather import relative_attention_gather
 from rpr_mt.model.kernels.geometry import relative_position_index
 from rpr_mt.model.kernels.rotary import rotate
-from rpr_mt.model.masks import as_4d, mask_bias, revive_dead_rows
+from rpr_mt.model.masks import PreparedMask, as_4d, mask_bias, revive_dead_rows
 
 __all__ = ["IMPLEMENTATIONS", "choose_impl", "content_attention", "relative_attention"]
 
@@ -159,7 +159,7 @@ def relative_attention(
     rel_v: Tensor | None,
     *,
     clip: int | None,
-    attn_mask: Tensor | None = None,
+    attn_mask: Tensor | PreparedMask | None = None,
     bias: Tensor | None = None,
     bucket_bias: Tensor | None = None,
     rotary: tuple[Tensor, Tensor] | None = None,
@@ -180,8 +180,8 @@ def relative_attention(
         rel_k, rel_v: relative tables, each None (term off), [2*clip+1, d] shared by all heads, or
             [H, 2*clip+1, d] per head. Separate tables: rel_v is never tied to rel_k.
         clip: maximum relative distance k >= 0 (ignored, may be None, when both tables are None).
-        attn_mask: boolean, broadcastable to [B, H, Lq, Lk], True = may attend. Rows with no allowed key give
-            zeros (and zero gradients).
+        attn_mask: boolean, broadcastable to [B, H, Lq, Lk], True = may attend, or the same made once for many
+            calls by ``masks.prepare_mask``. Rows with no allowed key give zeros (and zero gradients).
         bias: float, broadcastable to [B, H, Lq, Lk]: added to the scaled logits (differentiable).
         bucket_bias: float [2*clip+1] or [H, 2*clip+1]: added to the scaled logit of each pair by its bucket r_ij
             (differentiable), a term of the distance alone such as Transformer-XL's v . W_R R. With rel_k on the
@@ -280,7 +280,9 @@ def relative_attention(
         bucket_bias = None
 
     mask, dead = None, None
-    if attn_mask is not None:
+    if isinstance(attn_mask, PreparedMask):  # prepared once for all the layers of a stack
+        mask, dead = attn_mask.allowed, attn_mask.dead
+    elif attn_mask is not None:
         mask, dead = revive_dead_rows(as_4d(attn_mask.to(q.device)))
     if impl == "sdpa":
         return _sdpa(q, k, v, bias, mask, dead, dropout_p)
@@ -313,7 +315,7 @@ def content_attention(
     k: Tensor,
     v: Tensor,
     *,
-    attn_mask: Tensor | None = None,
+    attn_mask: Tensor | PreparedMask | None = None,
     bias: Tensor | None = None,
     rotary: tuple[Tensor, Tensor] | None = None,
     offset: int = 0,

@@ -32,6 +32,7 @@ from torch import Tensor, nn
 
 from rpr_mt.config import ModelConfig
 from rpr_mt.model.kernels import content_attention
+from rpr_mt.model.masks import PreparedMask
 from rpr_mt.model.positions.absolute import AbsoluteEncoding
 
 Stack = Literal["encoder", "decoder"]
@@ -51,8 +52,8 @@ class AttentionPositions(nn.Module):
         return None
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
-        rotated: bool = True,
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | PreparedMask | None, offset: int,
+        dropout_p: float, rotated: bool = True,
     ) -> Tensor:
         """Attention output [B, H, Lq, d_head] for q [B, H, Lq, d_head], k and v [B, H, Lk, d_head] and a boolean
         mask (True = may attend); ``rotated``: whether ``rotate`` was applied to q and k already."""

@@ -14,6 +14,7 @@ from torch import Tensor
 from rpr_mt.config import ModelConfig
 from rpr_mt.model.kernels import content_attention
 from rpr_mt.model.kernels import rotary as kernels_rotary
+from rpr_mt.model.masks import PreparedMask
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
 
 __all__ = ["Rotary", "RotaryPositions", "rotate"]
@@ -37,8 +38,8 @@ class Rotary(AttentionPositions):
         return rotate(x, torch.arange(offset, offset + x.size(-2), device=x.device), self.base)
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
-        rotated: bool = True,
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | PreparedMask | None, offset: int,
+        dropout_p: float, rotated: bool = True,
     ) -> Tensor:
         if rotated:
             return super().attend(q, k, v, attn_mask=attn_mask, offset=offset, dropout_p=dropout_p)

@@ -16,6 +16,7 @@ from torch import Tensor, nn
 from rpr_mt.config import ModelConfig
 from rpr_mt.model.kernels import relative_attention
 from rpr_mt.model.kernels.geometry import relative_position_index
+from rpr_mt.model.masks import PreparedMask
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
 
 __all__ = ["ShawPositions", "ShawTables", "relative_position_index"]
@@ -43,8 +44,8 @@ class ShawTables(AttentionPositions):
                 f"shared={table is not None and table.dim() == 2}")
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
-        rotated: bool = True,
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | PreparedMask | None, offset: int,
+        dropout_p: float, rotated: bool = True,
     ) -> Tensor:  # no rotation: ``rotated`` does not matter
         return relative_attention(
             q, k, v, self.rel_k, self.rel_v, clip=self.clip, attn_mask=attn_mask, offset=offset, dropout_p=dropout_p

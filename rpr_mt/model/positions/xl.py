@@ -19,6 +19,7 @@ from torch import Tensor, nn
 
 from rpr_mt.config import ModelConfig
 from rpr_mt.model.kernels import relative_attention
+from rpr_mt.model.masks import PreparedMask
 from rpr_mt.model.positions.absolute import sinusoids
 from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
 
@@ -55,8 +56,8 @@ class XLAttention(AttentionPositions):
         return table.view(2 * clip + 1, self.n_heads, -1).transpose(0, 1)
 
     def attend(
-        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | None, offset: int, dropout_p: float,
-        rotated: bool = True,
+        self, q: Tensor, k: Tensor, v: Tensor, *, attn_mask: Tensor | PreparedMask | None, offset: int,
+        dropout_p: float, rotated: bool = True,
     ) -> Tensor:  # no rotation: ``rotated`` does not matter
         q_len, k_len, d_head = q.size(2), k.size(2), q.size(3)
         reach = max(offset + q_len - 1, k_len - 1 - offset, 0)  # the longest distance in the call
