@@ -534,13 +534,19 @@ def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
     """Before any work: an output file's directory must exist and be writable, and the path must not be a directory
     (a failed write after decoding would lose the translations). Nor may the output replace one of the command's
     ``inputs`` or, for a ``text`` output, a checkpoint (``*.pt``): a typo must not destroy the source text, the
-    references or a model."""
+    references or a model. A symlink is checked as the file it points to, and a device or FIFO (``/dev/null``, a
+    named pipe) only for being writable itself: ``_write_lines`` writes through them, nothing beside them."""
     if path == "-":
         return
     target = Path(path)
-    parent = target.parent if str(target.parent) else Path(".")
     if target.is_dir():
         raise UserError(f"{option} {path} is a directory; give a file name")
+    if _written_through(target):
+        if not os.access(target, os.W_OK):
+            raise UserError(f"{option} {path}: not writable")
+        return
+    target = _link_target(target)
+    parent = target.parent if str(target.parent) else Path(".")
     if not parent.is_dir():
         raise UserError(f"{option} {path}: the directory {parent} does not exist")
     if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
@@ -553,22 +559,49 @@ def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
             raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
 
 
+def _written_through(target: Path) -> bool:
+    """Whether an output is written in place rather than through a temporary renamed over it: an existing target
+    (links followed) that is not a regular file, such as a device (/dev/null), a FIFO or a socket, which a rename
+    would replace by a regular file; and the paths of streams already open, /dev/stdout, /dev/fd/N and
+    /proc/self/fd/N, which may lead to a regular file that a rename would take away from that stream."""
+    absolute = os.path.abspath(target)
+    if absolute.startswith(("/dev/std", "/dev/fd/", "/proc/")):
+        return True
+    return target.exists() and not target.is_file() and not target.is_dir()
+
+
+def _link_target(target: Path) -> Path:
+    """The file a symlink leads to (through every link; it may not exist yet), else ``target``: the file that is
+    written, with its temporary beside it, while the link stays."""
+    return target.resolve() if target.is_symlink() else target
+
+
 def _write_lines(path: str, lines: Iterable[str]) -> None:
     """Write ``lines`` as they come (a generator's translations, window by window): to stdout, flushed as they come;
     to a file through a temporary beside it, moved into place when complete, so an existing file is never left
     half-written. If the lines stop with an error or an interrupt, those written so far are kept in
-    ``PATH.partial`` (said on stderr) and the error goes on."""
-    if path == "-":
-        for line in lines:
-            sys.stdout.write(line + "\n")
-            sys.stdout.flush()  # a pipe is block-buffered: a reader sees each window when it is done
-        return
+    ``PATH.partial`` (said on stderr) and the error goes on. A symlink is followed (the file it points to is written,
+    the link stays); a device, FIFO or open stream (``_written_through``) is written in place, flushed as stdout is.
+    """
     import gzip
 
-    target = Path(path)
-    tmp = target.with_name(f".{target.name}.tmp")
     # a .gz name is gzip, as it is for the inputs (read_lines)
-    opener = gzip.open if target.name.endswith(".gz") else open
+    opener = gzip.open if path.endswith(".gz") else open
+    if path == "-" or _written_through(Path(path)):
+        # appending, not truncating: /dev/stdout led to a file the shell opened (`>> log` must stay appended to)
+        handle = sys.stdout if path == "-" else opener(path, "at", encoding="utf-8")
+        try:
+            for line in lines:
+                handle.write(line + "\n")
+                if opener is open:  # a pipe is block-buffered: a reader sees each window when it is done
+                    handle.flush()
+        finally:
+            if handle is not sys.stdout:
+                handle.close()
+        return
+
+    target = _link_target(Path(path))
+    tmp = target.with_name(f".{target.name}.tmp")
     written = 0
     try:
         with opener(tmp, "wt", encoding="utf-8") as handle:

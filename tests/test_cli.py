@@ -435,3 +435,81 @@ def test_an_interrupted_translation_keeps_its_finished_lines_in_a_partial_file(t
     assert not list(tmp_path.glob(".*.tmp"))
     assert_one_line_error(run("translate", "--checkpoint", str(fixture), "-i", str(src), "--buffer-lines", "0"),
                           "--buffer-lines must be >= 1")
+
+
+# -- outputs that are not regular files: a symlink is followed, a FIFO or device is written through -----------------
+
+
+def test_an_output_symlink_is_followed_and_stays_a_link(tmp_path):
+    """`-o link` writes the file the link points to (atomically, beside that file), as `> link` would; replacing
+    the link with a regular file lost the output to where the user looked."""
+    from rpr_mt.cli import _check_output, _write_lines
+
+    (tmp_path / "real").mkdir()
+    target, link = tmp_path / "real" / "t.txt", tmp_path / "link.txt"
+    target.write_text("old\n", encoding="utf-8")
+    link.symlink_to(target)
+    _check_output(str(link), "--output")
+    _write_lines(str(link), ["eins", "zwei"])
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == "eins\nzwei\n"
+    dangling = tmp_path / "dangling.txt"  # to a file not there yet: created, as the shell would
+    dangling.symlink_to(tmp_path / "real" / "new.txt")
+    _write_lines(str(dangling), ["drei"])
+    assert dangling.is_symlink() and (tmp_path / "real" / "new.txt").read_text(encoding="utf-8") == "drei\n"
+
+    def stopped():
+        yield "vier"
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):  # the finished lines are kept beside the file they were meant for
+        _write_lines(str(link), stopped())
+    assert (tmp_path / "real" / "t.txt.partial").read_text(encoding="utf-8") == "vier\n"
+    assert link.is_symlink() and target.read_text(encoding="utf-8") == "eins\nzwei\n"
+    assert not list(tmp_path.rglob(".*.tmp"))
+
+
+def test_an_output_fifo_is_written_through_and_stays_a_fifo(tmp_path):
+    """`-o fifo` with a reader on the other end: the lines go into the pipe; a temporary renamed over the FIFO left
+    the reader waiting for ever and a regular file in its place."""
+    import stat
+    import threading
+
+    from rpr_mt.cli import _check_output, _write_lines
+
+    fifo = tmp_path / "fifo"
+    os.mkfifo(fifo)
+    received = []
+    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")), daemon=True)
+    reader.start()
+    _check_output(str(fifo), "--output")
+    _write_lines(str(fifo), ["eins", "zwei"])
+    reader.join(timeout=30)
+    assert received == ["eins\nzwei\n"]
+    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]  # no temporary, no .partial
+
+
+def test_translate_to_dev_null_works_and_leaves_it_a_device(tmp_path, monkeypatch):
+    """`-o /dev/null` (timing a decode) writes through the device; /dev is never written beside it, and the device
+    node is never replaced (as root, the rename once turned /dev/null into a regular file)."""
+    import pathlib
+    import stat
+
+    real_replace = pathlib.Path.replace
+
+    def guarded(self, target):  # a regression must fail this test, not damage the machine running it
+        assert not str(target).startswith("/dev/"), f"renaming over {target}"
+        return real_replace(self, target)
+
+    monkeypatch.setattr(pathlib.Path, "replace", guarded)
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    src = tmp_path / "in.en"
+    src.write_text("one\ntwo\n", encoding="utf-8")
+    try:
+        result = run("translate", "--checkpoint", str(fixture), "-i", str(src), "-o", "/dev/null", "--device", "cpu")
+        assert result.exit_code == 0, result.output
+    finally:
+        for stray in (Path("/dev/.null.tmp"), Path("/dev/null.partial")):  # what a regression would leave
+            if stray.is_file() and not stray.is_symlink():
+                stray.unlink()
+    assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
