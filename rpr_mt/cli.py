@@ -201,7 +201,9 @@ def translate(
         "without it, lines that look raw are lowercased, normalized and tokenized as that text was."),
 ) -> None:
     """Translate text with a trained model."""
-    from rpr_mt.decode.translate import iter_translations, read_lines
+    import itertools
+
+    from rpr_mt.decode.translate import count_lines, iter_lines, iter_translations
 
     _check_input(input, "--input")
     if buffer_lines is not None and buffer_lines < 1:
@@ -213,27 +215,49 @@ def translate(
 
     resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
     _warn_unused_which(checkpoint, which)
-    # The input is read and checked before the model loads (which can take a minute): bad bytes, an empty pipe
-    lines = read_lines(input)
-    if not lines:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
-        raise UserError(f"{'stdin' if input == '-' else input}: no lines to translate (empty input)")
+    # The input is checked before the model loads (which can take a minute), and then read window by window as it
+    # is translated. A file is read twice: whole first for bad bytes and its line count (the progress bar's total).
+    # stdin or a pipe (-i <(zcat x.gz)) can be read once only: its first line is waited for (an empty pipe is said
+    # before the model loads), and bad bytes further on stop the run when they are reached.
+    source = "stdin" if input == "-" else input
+    total = count_lines(input) if input != "-" and Path(input).is_file() else None
+    lines = iter_lines(input)
+    first = next(lines, None)
+    if first is None:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
+        raise UserError(f"{source}: no lines to translate (empty input)")
+    lines = itertools.chain([first], lines)
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
     if buffer_lines is not None:
         decode = dataclasses.replace(decode, buffer_lines=buffer_lines)
     from rpr_mt.config import is_pretokenized
 
+    raw = [0, 0]  # input lines that looked raw and were tokenized, of all lines
     if is_pretokenized(cfg.data) and not no_tokenize:
-        from rpr_mt.decode.pretokenize import tokenize_untokenized
-
-        lines, changed = tokenize_untokenized(lines, cfg.data.src_lang)
-        if changed:
-            _stderr(f"note: {changed} of {len(lines)} input lines looked like raw text; this model was trained on "
-                    "Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
-                    "as that text was, and its translations are in that form (--no-tokenize: lines as given)")
+        lines = _tokenized_as_multi30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
-                              progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
+                                progress=show_progress(progress), src_lang=cfg.data.src_lang,
+                                tgt_lang=cfg.data.tgt_lang, total=total)
     _write_lines(output, outputs)
+    if raw[0]:  # counted as the windows went by, so said at the end
+        _stderr(f"note: {raw[0]} of {raw[1]} input lines looked like raw text; this model was trained on "
+                "Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
+                "as that text was, and its translations are in that form (--no-tokenize: lines as given)")
+
+
+def _tokenized_as_multi30k(lines: Iterable[str], lang: str, window: int, counts: list[int]) -> Iterable[str]:
+    """``lines`` with those that look raw tokenized as Multi30k's tok/ text (``tokenize_untokenized``), ``window``
+    lines at a time, so translation still reads one window before it writes; ``counts``: [tokenized, all] so far."""
+    import itertools
+
+    from rpr_mt.decode.pretokenize import tokenize_untokenized
+
+    lines = iter(lines)
+    while chunk := list(itertools.islice(lines, window)):
+        chunk, changed = tokenize_untokenized(chunk, lang)
+        counts[0] += changed
+        counts[1] += len(chunk)
+        yield from chunk
 
 
 @app.command("eval-bleu", cls=_Command)

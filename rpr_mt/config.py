@@ -204,7 +204,7 @@ class DecodeConfig:
     max_tokens: int = 4096  # source tokens per decoding batch
     nbest: int = 1  # hypotheses printed per input line
     split_sentences: bool = True  # translate each line's sentences one by one and join them (rpr_mt.decode.segment)
-    buffer_lines: int = 2000  # input lines decoded (sorted, batched) and written at a time; fairseq's --buffer-size
+    buffer_lines: int = 2000  # input lines read, decoded (sorted, batched), written at a time; fairseq's --buffer-size
 
 
 @dataclass

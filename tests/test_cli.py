@@ -399,7 +399,7 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
     seen = []
     real = translate.iter_translations
     monkeypatch.setattr(translate, "iter_translations", lambda model, vocab, lines, **k: seen.append(list(lines))
-                        or real(model, vocab, lines, **k))
+                        or real(model, vocab, seen[-1], **k))
     result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(tmp_path / "out.de"))
     assert result.exit_code == 0, result.output
     assert seen[-1] == ["a man rides a bike .", "a boy sits on a woman &apos;s shoulders ."]
@@ -513,3 +513,28 @@ def test_translate_to_dev_null_works_and_leaves_it_a_device(tmp_path, monkeypatc
             if stray.is_file() and not stray.is_symlink():
                 stray.unlink()
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
+
+
+def test_translate_streams_stdin_window_by_window(tmp_path):
+    """`(echo a; sleep 8; echo b) | rpr-mt translate --buffer-lines 1` printed both lines after 8 s: the whole of stdin
+    was read first. Each line's translation must come back while stdin is still open."""
+    import select
+
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rpr_mt.cli", "translate", "--checkpoint", str(fixture), "--buffer-lines", "1",
+         "--device", "cpu", "--no-progress"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(rpr_mt.__file__).parent.parent), "OMP_NUM_THREADS": "1"})
+    try:
+        for line in ("the dog", "the old farmer"):
+            process.stdin.write(line + "\n")
+            process.stdin.flush()
+            ready, _, _ = select.select([process.stdout], [], [], 240)  # start-up loads torch and the model
+            assert ready, f"no translation of {line!r} while stdin stays open"
+            process.stdout.readline()
+        process.stdin.close()
+        assert process.wait(timeout=60) == 0 and process.stdout.read() == ""
+    finally:
+        process.kill()
+        process.wait()

@@ -19,8 +19,10 @@ total length with each eos), best first.
 
 from __future__ import annotations
 
-import bisect
+import collections
+import contextlib
 import gzip
+import itertools
 import logging
 import sys
 import zlib
@@ -49,33 +51,34 @@ def read_lines(path: Union[str, Path]) -> list[str]:
     Invalid UTF-8 is a ``UserError`` naming the file (``-`` for stdin) and the 1-based line number.
     Lines are split on ``\\n`` only (a trailing ``\\r`` is dropped), so line numbers agree with ``wc -l``.
     """
+    return list(iter_lines(path))
+
+
+def iter_lines(path: Union[str, Path]) -> Iterator[str]:
+    """``read_lines`` as a generator: each line as soon as it is read, so a pipe is translated as it arrives and
+    a long file is never held whole. Errors (a missing file, bad bytes) come when the reading reaches them."""
     name = str(path)
     try:
         if name == "-":
-            data = sys.stdin.buffer.read()
+            handle = sys.stdin.buffer  # its readline returns a line as soon as it arrives, not a full buffer
         elif name.endswith(".gz"):
-            with gzip.open(name, "rb") as f:
-                data = f.read()
+            handle = gzip.open(name, "rb")
         else:
-            data = Path(name).read_bytes()
+            handle = open(name, "rb")
+        with contextlib.nullcontext(handle) if name == "-" else handle:
+            for number, raw in enumerate(handle, start=1):
+                try:
+                    line = raw.removesuffix(b"\n").decode("utf-8")
+                except UnicodeDecodeError as exc:
+                    raise UserError(f"{name}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") \
+                        from None
+                if number == 1:
+                    line = line.removeprefix("\ufeff")  # byte-order mark
+                yield line.removesuffix("\r")
     except FileNotFoundError:
         raise UserError(f"{name}: file not found") from None
     except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a truncated or corrupt .gz
         raise UserError(f"{name}: cannot read ({exc})") from None
-
-    raw_lines = data.split(b"\n")
-    if raw_lines and raw_lines[-1] == b"":
-        raw_lines.pop()  # the file's final newline does not start another line
-    lines = []
-    for number, raw in enumerate(raw_lines, start=1):
-        try:
-            line = raw.decode("utf-8")
-        except UnicodeDecodeError as exc:
-            raise UserError(f"{name}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") from None
-        if number == 1:
-            line = line.removeprefix("\ufeff")  # byte-order mark
-        lines.append(line.removesuffix("\r"))
-    return lines
 
 
 def translate_lines(
@@ -121,77 +124,85 @@ def iter_translations(
     src_lang: Optional[str] = None,
     tgt_lang: Optional[str] = None,
     min_length_ratio: Optional[float] = None,
+    total: Optional[int] = None,
 ) -> Iterator[str]:
     """``translate_lines`` as a generator: the output lines in input order, window by window.
 
-    The input is decoded in windows of ``decode.buffer_lines`` lines (each sorted by length and batched on its own,
-    as fairseq-interactive's --buffer-size), so a long job writes its translations as it goes and an interrupted one
-    keeps what it finished; the warnings and the progress bar still cover the whole input."""
-    lines = list(lines)
+    ``lines`` is read ``decode.buffer_lines`` lines at a time, and each window is sorted by length, batched and
+    decoded on its own, its translations given before the next window is read (as fairseq-interactive's
+    --buffer-size): a pipe is translated as it arrives, a long input is never held whole, a long job writes its
+    translations as it goes and an interrupted one keeps what it finished. The warnings cover the whole input and
+    come after the last window. The progress bar counts lines, of ``total`` (default: ``len(lines)`` where ``lines``
+    has a length; else none, as for a pipe)."""
     if min_length_ratio is None:
         min_length_ratio = getattr(model, "dev_length_ratio_floor", None)
     if torch.device(device).type == "cpu":
         keep_freed_memory()  # decoding reallocates the same beams every step; see rpr_mt.host
     if decode.nbest > decode.beam_size:
         raise UserError(f"decode.nbest ({decode.nbest}) must be <= decode.beam_size ({decode.beam_size})")
-    texts, owners = sentence_units(lines, decode.split_sentences, src_lang)
+    if total is None and hasattr(lines, "__len__"):
+        total = len(lines)  # type: ignore[arg-type]
     limit = model.max_positions - 1  # room for the source's eos
-    sources: dict[int, list[int]] = {}  # unit index -> source ids (eos appended); empty units left out
-    truncated = 0
-    for index, text in enumerate(texts):
-        ids = vocab.encode(text)
-        if not ids:
-            continue
-        if len(ids) > limit:
-            ids = ids[:limit]
-            truncated += 1
-        sources[index] = ids + [model.eos_id]
-    if truncated:
-        logger.warning(
-            "%d of %d input %s were longer than %d pieces (the model's max_positions - 1) and were truncated",
-            truncated, len(texts), "sentences" if decode.split_sentences else "lines", limit,
-        )
-    if decode.min_length > 0:  # the output limit wins over the minimum: say where it cannot be met
-        capped = sum(1 for ids in sources.values()
-                     if min(int(decode.max_len_a * len(ids) + decode.max_len_b), model.max_positions - 1)
-                     < decode.min_length)
-        if capped:
-            logger.warning(
-                "min_length %d is above the output limit (max_len_a * source pieces + max_len_b, at most "
-                "max_positions - 1) of %d of %d input %s: those stop at the limit",
-                decode.min_length, capped, len(sources), "sentences" if decode.split_sentences else "lines",
-            )
-
+    units = truncated = n_sources = capped = translated = 0  # counts over all windows, for the warnings
     short: list[int] = []
+    pending = iter(lines)
     was_training = model.training
     model.eval()
     try:
-        with tqdm(total=len(texts), disable=not progress, file=sys.stderr, unit="sent", desc="translate") as bar:
-            bar.update(len(texts) - len(sources))  # empty sentences are done already
-            first_unit = 0
-            for first_line in range(0, len(lines), decode.buffer_lines):
-                window = lines[first_line:first_line + decode.buffer_lines]
-                last_unit = bisect.bisect_left(owners, first_line + len(window), lo=first_unit)
+        with tqdm(total=total, disable=not progress, file=sys.stderr, unit="line", desc="translate") as bar:
+            first_line = 0
+            while window := list(itertools.islice(pending, decode.buffer_lines)):
+                texts, owners = sentence_units(window, decode.split_sentences, src_lang)
+                sources: dict[int, list[int]] = {}  # unit index -> source ids (eos appended); empty units left out
+                for index, text in enumerate(texts):
+                    ids = vocab.encode(text)
+                    if not ids:
+                        continue
+                    if len(ids) > limit:
+                        ids = ids[:limit]
+                        truncated += 1
+                    sources[index] = ids + [model.eos_id]
+                units += len(texts)
+                n_sources += len(sources)
+                if decode.min_length > 0:  # the output limit wins over the minimum: counted to say where
+                    capped += sum(1 for ids in sources.values()
+                                  if min(int(decode.max_len_a * len(ids) + decode.max_len_b), model.max_positions - 1)
+                                  < decode.min_length)
+                # a line is done when its last sentence is; lines with nothing to translate are done already
+                left = collections.Counter(owners[i] for i in sources)
+                bar.update(len(window) - len(left))
                 hypotheses: dict[int, list[Hypothesis]] = {}
-                window_sources = {i - first_unit: sources[i] for i in range(first_unit, last_unit) if i in sources}
                 with torch.inference_mode():
-                    for batch in _batches(window_sources, decode.max_tokens):
-                        src = _pad([window_sources[i] for i in batch], model.pad_id, device)  # [B, S]
+                    for batch in _batches(sources, decode.max_tokens):
+                        src = _pad([sources[i] for i in batch], model.pad_id, device)  # [B, S]
                         for index, hyps in zip(batch, _search(model, src, decode, full_prefix)):
                             hypotheses[index] = hyps
-                        bar.update(len(batch))
-                window_owners = [owner - first_line for owner in owners[first_unit:last_unit]]
-                outputs = format_outputs(len(window), window_owners, hypotheses, vocab.decode, decode, tgt_lang,
-                                         first_line)
+                            left[owners[index]] -= 1
+                            bar.update(left[owners[index]] == 0)
+                outputs = format_outputs(len(window), owners, hypotheses, vocab.decode, decode, tgt_lang, first_line)
                 if min_length_ratio and decode.nbest == 1:
                     short += [first_line + i for i in short_outputs(window, outputs, vocab.encode, min_length_ratio)]
-                first_unit = last_unit
+                translated += sum(1 for line in window if line.strip())  # empty lines give empty outputs
+                first_line += len(window)
                 yield from outputs
     finally:
         model.train(was_training)
-    translated = sum(1 for line in lines if line.strip())  # empty lines give empty outputs, not translations
+    what = "sentences" if decode.split_sentences else "lines"
+    if truncated:
+        logger.warning("%d of %d input %s were longer than %d pieces (the model's max_positions - 1) and were "
+                       "truncated", truncated, units, what, limit)
+    if capped:
+        logger.warning("min_length %d is above the output limit (max_len_a * source pieces + max_len_b, at most "
+                       "max_positions - 1) of %d of %d input %s: those stop at the limit",
+                       decode.min_length, capped, n_sources, what)
     if len(short) > SHORT_RATE * translated:
         warn_short_outputs(short, translated, min_length_ratio)
+
+
+def count_lines(path: Union[str, Path]) -> int:
+    """The number of lines ``iter_lines(path)`` gives, every line decoded: a file is checked whole (bad bytes
+    named with their line) and counted for the progress bar before a model loads, without holding it."""
+    return sum(1 for _ in iter_lines(path))
 
 
 def sentence_units(lines: list[str], split: bool, src_lang: Optional[str]) -> tuple[list[str], list[int]]:

@@ -295,3 +295,38 @@ def test_short_outputs_of_all_windows_are_one_warning_with_their_line_numbers(ca
     messages = [r.getMessage() for r in caplog.records]
     # the empty line is not a translation: 2 of 2, not 2 of 3
     assert len(messages) == 1 and "2 of 2 translations are shorter" in messages[0] and "lines 1, 3)" in messages[0]
+
+
+def test_lines_are_read_a_window_at_a_time() -> None:
+    """A window's translations come out before the next window is read (fairseq-interactive's --buffer-size): a
+    pipe is translated as it arrives, and a long input is never held whole."""
+    from rpr_mt.decode.translate import iter_translations
+
+    consumed: list[str] = []
+
+    def source():
+        for line in LINES:
+            consumed.append(line)
+            yield line
+
+    config = DecodeConfig(beam_size=3, max_tokens=1000, buffer_lines=2)
+    outputs = iter_translations(ScriptedModel(copy_script), StubVocab(), source(), decode=config, device="cpu")
+    assert next(outputs) == "a b c"
+    assert len(consumed) == 2
+    assert next(outputs) == "d" and len(consumed) == 2
+    assert next(outputs) == "" and len(consumed) == 4
+    assert list(outputs) == [line.strip() for line in LINES[3:]]
+
+
+def test_iter_lines_reads_as_it_goes_and_agrees_with_read_lines(tmp_path) -> None:
+    from rpr_mt.decode.translate import iter_lines
+
+    plain = tmp_path / "x.txt"
+    plain.write_bytes("\ufeffeins\r\nzwei\n\ndrei".encode("utf-8"))
+    assert list(iter_lines(plain)) == read_lines(plain) == ["eins", "zwei", "", "drei"]
+    bad = tmp_path / "bad.en"
+    bad.write_bytes(b"fine\nalso fine\nbroken \xff here\n")
+    lines = iter_lines(bad)
+    assert next(lines) == "fine"  # given before the bad line is read
+    with pytest.raises(UserError, match=r"bad\.en: line 3: invalid UTF-8"):
+        list(lines)
