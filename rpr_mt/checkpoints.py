@@ -84,6 +84,8 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
     a ``checksum`` of its tensors (``content_checksum``), which ``load_checkpoint`` verifies.
     """
     path = Path(path)
+    if path.is_symlink():  # the link's file is written (beside it) and the link kept, not replaced by a file
+        path = Path(os.path.realpath(path))
     payload = {**payload, "checksum": content_checksum(payload)}
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)

@@ -81,10 +81,12 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
         ax.grid(alpha=0.3)
     fig.suptitle(str(run_dir))
     fig.tight_layout()
-    tmp = output.with_name(f".{output.name}.tmp")  # written whole, then renamed: a kill leaves no half image
+    # written whole, then renamed: a kill leaves no half image; a symlink's file is written and the link kept
+    target = Path(os.path.realpath(output)) if output.is_symlink() else output
+    tmp = target.with_name(f".{target.name}.tmp")
     try:
         fig.savefig(tmp, dpi=100, format=image_format)
-        os.replace(tmp, output)
+        os.replace(tmp, target)
     finally:
         tmp.unlink(missing_ok=True)
         plt.close(fig)

@@ -114,6 +114,25 @@ def test_plot_draws_a_png_of_the_run(run_dir, tmp_path):
     assert Image.open(output).size == (1100, 700)  # 11 x 7 inches at 100 dpi: the four panels
 
 
+def test_plot_and_average_write_through_a_symlink_and_keep_it(run_dir, tmp_path):
+    """The temporary-then-rename writes replaced a symlink given as the output with a file (the link's own file
+    kept its old contents): they now write the file the link points to, and the link stays."""
+    pytest.importorskip("matplotlib")
+    for name, command in (("curves.png", ["plot", str(run_dir)]),
+                          ("avg.pt", ["average-checkpoints", str(run_dir), "--last", "2", "--force"])):
+        real = tmp_path / "real" / name
+        real.parent.mkdir(exist_ok=True)
+        # an existing average is replaced with --force (anything else is refused: not a checkpoint)
+        old = (run_dir / "checkpoints" / "checkpoint_00000004.pt").read_bytes() if name.endswith(".pt") else b"old"
+        real.write_bytes(old)
+        link = tmp_path / f"link_{name}"
+        link.symlink_to(real)
+        result = runner.invoke(app, [*command, "-o", str(link)])
+        assert result.exit_code == 0, result.output
+        assert link.is_symlink() and real.read_bytes() != old, name
+        assert not [p.name for p in tmp_path.iterdir() if p.name.startswith(".")]  # no temporary left
+
+
 def test_plot_errors_are_one_line(run_dir, tmp_path, monkeypatch):
     assert_one_line_error(runner.invoke(app, ["plot", str(tmp_path)]), "no metrics.jsonl in")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the optional extra were not installed
