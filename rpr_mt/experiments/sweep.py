@@ -21,14 +21,16 @@ per job (``--list`` prints the commands).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import json
 import os
 import sys
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable, Iterable
+from typing import Any, Callable, Iterable, Iterator
 
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config
 from rpr_mt.errors import UserError
@@ -187,9 +189,37 @@ def run_config(config_path: str | Path, overrides: list[str], run: Run, root: st
     )
 
 
+@contextlib.contextmanager
+def _plan_locked(root: Path) -> Iterator[None]:
+    """An exclusive lock on the sweep root while its plan is read, merged and written: the cluster mode's parallel
+    ``--only`` jobs all merge into one plan.json (without it, one job's rename found another's temporary gone, or
+    moved a plan into place that dropped the other's runs). flock on the directory itself: no lock file is left in a
+    committed root. Without locks (no fcntl, a file system without them) the plan is written unlocked."""
+    try:
+        import fcntl
+    except ImportError:  # pragma: no cover (Windows)
+        yield
+        return
+    fd = os.open(root, os.O_RDONLY)
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX)
+        except OSError:  # ENOLCK: a file system without locks
+            pass
+        yield
+    finally:
+        os.close(fd)  # drops the lock
+
+
 def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
-    """Merge ``runs`` into ``<root>/plan.json`` (a later sweep over other tables or seeds adds to it)."""
+    """Merge ``runs`` into ``<root>/plan.json`` (a later sweep over other tables or seeds adds to it); under a lock,
+    so that sweeps writing into one root at once (parallel ``--only`` jobs) keep each other's runs."""
     check_root(root)
+    with _plan_locked(Path(root)):
+        _merge_plan(root, config_path, overrides, runs)
+
+
+def _merge_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
     path = Path(root) / "plan.json"
     plan = read_plan(root) or {"runs": {}}
     if plan.get("config", str(config_path)) != str(config_path) or plan.get("overrides", overrides) != overrides:
@@ -267,10 +297,16 @@ def check_root(root: str | Path) -> None:
 
 
 def _write_json(path: Path, value: Any) -> None:
+    """Written whole to a temporary of this writer's own beside ``path``, then renamed over it."""
     path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    os.replace(tmp, path)
+    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            handle.write(json.dumps(value, indent=2) + "\n")
+        os.replace(tmp, path)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
 
 
 def is_finished(cfg: Config) -> bool:

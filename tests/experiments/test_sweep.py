@@ -246,3 +246,32 @@ def test_a_mistyped_only_leaves_the_root_untouched(base_config, tmp_path):
     with pytest.raises(UserError, match=r"--only .bse/seed1. is not a run of this sweep \(the runs: .*base/seed1"):
         run_sweep(base_config, root, ["positions"], [1], only=["bse/seed1"], log=lambda _: None)
     assert not (root / "plan.json").exists()
+
+
+def _plan_one(args: tuple[str, str, int]) -> str | None:
+    """One cluster job's planning (a process of its own): merge one run into the shared root's plan."""
+    from rpr_mt.experiments.sweep import Run, write_plan
+
+    root, config, index = args
+    try:
+        write_plan(root, config, [], [Run(f"clip={index}", 1, [f"model.clip={index}"], [("clip", f"k={index}")])])
+    except Exception as exc:  # reported to the test, which fails on it
+        return f"{type(exc).__name__}: {exc}"
+    return None
+
+
+def test_parallel_jobs_merge_their_runs_into_one_plan(base_config, tmp_path):
+    """The cluster mode (--list prints one --only command per run) runs the sweep's processes at once: each rewrote
+    plan.json through one shared temporary name without a lock, and some failed (FileNotFoundError on the rename)
+    or dropped the others' runs."""
+    import multiprocessing
+
+    context = multiprocessing.get_context("fork")
+    for attempt in range(5):
+        root = tmp_path / f"root{attempt}"
+        with context.Pool(8) as pool:
+            errors = pool.map(_plan_one, [(str(root), str(base_config), i) for i in range(16)])
+        assert errors == [None] * 16
+        plan = json.loads((root / "plan.json").read_text())
+        assert sorted(plan["runs"]) == sorted(f"clip={i}/seed1" for i in range(16))
+        assert [p.name for p in root.iterdir()] == ["plan.json"]  # no temporary, no lock file left
