@@ -87,8 +87,13 @@ def render_significance_table(
     if metric == "lit":
         outputs = _lit_text(sweep, outputs)
     bases = _base_runs(sweep, list(outputs.hypotheses))
-    if not bases:
-        raise UserError(f"no finished base run (the config without overrides) under {sweep.root} to compare with")
+    if not bases:  # said in the report, whose tables and plots are still wanted: not an error
+        planned = [run for run, entry in sweep.entries.items() if not entry.get("overrides")]
+        if planned:
+            return (f"Not computed: the base run (the config without overrides) has not finished yet "
+                    f"({', '.join(planned)}).")
+        return ("Not computed: no run of this sweep is the base config without overrides (every planned cell "
+                "changes it), so there is nothing to compare the cells with.")
     lines = [f"| cell | seeds | Δ {split} {METRIC_NAMES[metric]} vs base | p per seed (paired bootstrap, {n_samples} "
              "resamples) |", "|---|---|---|---|"]
     for runs, labels in cell_rows(sweep, outputs.hypotheses).items():
