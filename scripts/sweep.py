@@ -25,13 +25,17 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="base config (its own model is the relative row of every table)")
     parser.add_argument("--root", required=True, help="sweep directory: one sub-directory per run")
-    parser.add_argument("--tables", nargs="+", default=list(PAPER_TABLES), choices=TABLE_NAMES)
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    # repeatable, like --set and --only (the last one alone counted before: a sweep ran less than it was asked)
+    parser.add_argument("--tables", nargs="+", action="extend", choices=TABLE_NAMES,
+                        help=f"tables to plan (repeatable; default: {' '.join(PAPER_TABLES)})")
+    parser.add_argument("--seeds", nargs="+", type=int, action="extend", help="seeds (repeatable; default: 1 2)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="section.key=value applied to every run (before the table's own overrides)")
     parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
     parser.add_argument("--list", action="store_true", help="print one command per run and its state; run nothing")
     args = parser.parse_args(argv)
+    args.tables = list(dict.fromkeys(args.tables or PAPER_TABLES))  # a table named twice is planned once
+    args.seeds = args.seeds or [1, 2]
     if len(set(args.seeds)) != len(args.seeds):
         parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed given twice")
     try:

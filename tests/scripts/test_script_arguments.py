@@ -66,6 +66,12 @@ def test_sweep_list_takes_only_and_refuses_duplicate_seeds(tmp_path):
     assert unknown.returncode == 2 and "no such run" in unknown.stderr and "Traceback" not in unknown.stderr
     twice = sweep("--seeds", "1", "1", "--list")
     assert twice.returncode == 2 and "a seed given twice" in twice.stderr
+    # --tables and --seeds given again add to the first, as --set and --only do (the last one alone counted)
+    repeated = sweep("--tables", "clip", "positions", "--seeds", "1", "--seeds", "2", "--list")
+    assert repeated.returncode == 0, repeated.stderr
+    names = [line[2:].split(":")[0] for line in repeated.stdout.splitlines() if line.startswith("#")]
+    assert {"base/seed2", "clip=0/seed1", "positions=absolute/seed2"} <= set(names) and len(names) == len(set(names))
+    assert "(positions relative, positions relative" not in repeated.stdout  # a table named twice is planned once
     assert not (tmp_path / "r").exists()
 
 
