@@ -222,19 +222,30 @@ def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], 
 def _merge_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
     path = Path(root) / "plan.json"
     plan = read_plan(root) or {"runs": {}}
-    if plan.get("config", str(config_path)) != str(config_path) or plan.get("overrides", overrides) != overrides:
+    # The recorded settings decide whether this is the plan's base config: the same file spelled another way
+    # (./x.yaml, an absolute path) or an identical copy is; a plan from before settings were recorded needs the file.
+    recorded = plan.get("config", str(config_path))
+    same_file = recorded == str(config_path) or _same_file(recorded, config_path)
+    if plan.get("overrides", overrides) != overrides or (not same_file and plan.get("base_settings") is None):
         raise UserError(
             f"{path} belongs to a sweep of {plan.get('config')} with overrides {plan.get('overrides')}; "
             "use another --root for a different base config"
         )
     base = check_base_settings(plan, root, config_path, overrides)
-    plan["config"], plan["overrides"], plan["base_settings"] = str(config_path), overrides, base
+    plan["config"], plan["overrides"], plan["base_settings"] = recorded, overrides, base
     for run in runs:
         entry = plan["runs"].setdefault(run.directory, {"seed": run.seed, "overrides": run.overrides, "cells": []})
         for cell in run.cells:
             if list(cell) not in entry["cells"]:
                 entry["cells"].append(list(cell))
     _write_json(path, plan)
+
+
+def _same_file(a: str | Path, b: str | Path) -> bool:
+    try:
+        return Path(a).resolve() == Path(b).resolve()
+    except OSError:
+        return False
 
 
 def check_base_settings(plan: dict[str, Any] | None, root: str | Path, config_path: str | Path,

@@ -275,3 +275,29 @@ def test_parallel_jobs_merge_their_runs_into_one_plan(base_config, tmp_path):
         plan = json.loads((root / "plan.json").read_text())
         assert sorted(plan["runs"]) == sorted(f"clip={i}/seed1" for i in range(16))
         assert [p.name for p in root.iterdir()] == ["plan.json"]  # no temporary, no lock file left
+
+
+def test_the_base_config_by_another_spelling_or_an_identical_copy_is_the_same_sweep(base_config, tmp_path,
+                                                                                      monkeypatch):
+    """plan.json's config path was compared as a string: ./base.yaml after base.yaml (or an absolute path) was
+    "another base config", though the recorded settings are what decide."""
+    from rpr_mt.experiments.sweep import write_plan
+
+    monkeypatch.chdir(base_config.parent)
+    root = tmp_path / "root"
+    write_plan(root, base_config.name, [], plan_runs(base_config, ["positions"], [1], []))
+    copy = tmp_path / "renamed.yaml"
+    copy.write_text(base_config.read_text(encoding="utf-8"), encoding="utf-8")
+    for spelling in (f"./{base_config.name}", str(base_config), str(copy)):
+        write_plan(root, spelling, [], plan_runs(base_config, ["positions"], [2], []))
+    plan = json.loads((root / "plan.json").read_text())
+    assert plan["config"] == base_config.name and set(plan["runs"]) >= {"base/seed1", "base/seed2"}
+    copy.write_text(copy.read_text(encoding="utf-8").replace("peak_lr:", "peak_lr: 0.00123 #"), encoding="utf-8")
+    with pytest.raises(UserError, match="changed since this sweep planned its runs"):
+        write_plan(root, copy, [], plan_runs(base_config, ["positions"], [1], []))
+    legacy = json.loads((root / "plan.json").read_text())
+    del legacy["base_settings"]  # a plan from before settings were recorded: the file must be the same
+    (root / "plan.json").write_text(json.dumps(legacy))
+    with pytest.raises(UserError, match="belongs to a sweep of"):
+        write_plan(root, copy, [], plan_runs(base_config, ["positions"], [1], []))
+    write_plan(root, f"./{base_config.name}", [], plan_runs(base_config, ["positions"], [1], []))  # the same file
