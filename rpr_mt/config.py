@@ -427,6 +427,10 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         if keys[0] == "model":
             given[keys[1]] = f"--set {override.strip()}"
     config = config_from_dict(raw, origin=str(path) if path is not None else "config")
+    if given.get("positions", "").startswith("--set"):
+        # The scheme was switched by an override (as a sweep's cells do): the file's settings are evidently for the
+        # file's own scheme, and a warning about them is one the user cannot act on. Overrides are still checked.
+        given = {key: source for key, source in given.items() if source.startswith("--set")}
     warn_unused_settings(config.model, given)
     return config
 

@@ -228,6 +228,16 @@ def test_a_setting_the_position_scheme_ignores_is_warned_about_once(tmp_path, ca
         save_config(load_config(None, ["model.positions=rope"]), tmp_path / "saved.yaml")
         load_config(tmp_path / "saved.yaml")
     assert caplog.records == []
+    # A sweep's cell switches the scheme by an override: the file's clip is for the file's own (relative) model, a
+    # warning the user cannot act on; a setting given by an override beside the switch is still said.
+    relative = tmp_path / "relative.yaml"
+    relative.write_text("model:\n  positions: relative\n  clip: 4\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        load_config(relative, ["model.positions=absolute"])
+        load_config(relative, ["model.positions=absolute", "model.use_key=false"])
+    assert [r.getMessage() for r in caplog.records] == [
+        "warning: --set model.use_key=false: model.use_key is ignored by model.positions=absolute (only relative and "
+        "absolute+relative read it)"]
 
 
 def test_every_scheme_reads_only_its_settings():
