@@ -468,6 +468,13 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
         _check_input(str(ref), "--ref (the split's reference)")
     if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
         _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
+    from rpr_mt.decode.translate import count_lines
+
+    # before decoding (minutes of it), not after: each source line is translated into one line scored against ref's
+    source_lines, ref_lines = count_lines(src_path), count_lines(ref)
+    if source_lines != ref_lines:
+        raise UserError(f"{ref} has {ref_lines} lines but {src_path}, which would be translated and scored against "
+                        f"it, has {source_lines}; they must be line-aligned")
     return src_path, ref
 
 

@@ -294,6 +294,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("eval-bleu: --save-hyp is the reference", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--ref",
                                                           f"{r}/ref.de", "--save-hyp", f"{r}/ref.de"],
      "ref.de is also an input"),
+    ("eval-bleu: --ref not aligned with the split", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt",
+                                                              "--ref", f"{r}/ref.de"],  # before decoding, not after
+     "ref.de has 2 lines but"),
     ("eval-bleu: --save-hyp is the split's reference", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt",
                                                                   "--save-hyp", "data/demo/test.de"],
      "test.de is also an input"),
