@@ -97,7 +97,9 @@ def setup(root: Path) -> dict[str, str]:
     (root / "badtrain.de").write_bytes(b"a\n\xff\xfe\nc\n")
     (root / "three.en").write_text("a\nb\nc\n", encoding="utf-8")
     (root / "empty.de").write_text("", encoding="utf-8")
+    (root / "gzipped.en").write_bytes(gzip.compress(b"a\nb\nc\n"))  # gzip under a plain name
     for name, (src, tgt) in {"mismatch_files.yaml": ("mismatch.en", "mismatch.de"),
+                             "gzip_files.yaml": ("gzipped.en", "three.en"),
                              "utf8_files.yaml": ("three.en", "badtrain.de"),
                              "empty_files.yaml": ("empty.en", "empty.de")}.items():
         (root / name).write_text(f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
@@ -277,6 +279,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("prepare: invalid UTF-8 in training data", lambda r: ["prepare", "--config", f"{r}/utf8_files.yaml"],
      "badtrain.de:2: invalid UTF-8"),
     ("prepare: empty training data", lambda r: ["prepare", "--config", f"{r}/empty_files.yaml"], "empty"),
+    # compressed bytes read as text gave a wrong line count ("has 66 lines but ... 96") or invalid UTF-8
+    ("prepare: gzip without .gz", lambda r: ["prepare", "--config", f"{r}/gzip_files.yaml"],
+     "gzipped.en is gzip-compressed but its name does not end in .gz"),
+    ("translate: gzip without .gz", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/gzipped.en"],
+     "gzipped.en is gzip-compressed but its name does not end in .gz"),
     ("plot: run without metrics", lambda r: ["plot", f"{r}/empty_run"], "metrics.jsonl"),
     ("plot: missing run", lambda r: ["plot", f"{r}/nope_run"], "nope_run"),
     ("export: unknown quantization", lambda r: ["export", f"{r}/model.pt", "--output", f"{r}/ct2", "--quantization",

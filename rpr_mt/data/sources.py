@@ -75,10 +75,26 @@ def _check_readable(path: Path) -> None:
         raise UserError(f"input file is empty: {path}")
 
 
+GZIP_MAGIC = b"\x1f\x8b"
+
+
+def refuse_unnamed_gzip(path: Path) -> None:
+    """A gzip file whose name does not end in .gz would be read as text (compressed bytes: a wrong line count, or
+    invalid UTF-8 at a line that means nothing to the user): say what it is. Text never starts with these bytes."""
+    if path.suffix == ".gz" or not path.is_file():
+        return
+    with open(path, "rb") as handle:
+        if handle.read(2) == GZIP_MAGIC:
+            raise UserError(f"{path} is gzip-compressed but its name does not end in .gz: rename it {path.name}.gz "
+                            "(or decompress it)")
+
+
 def _open_binary(path: Path, *, decompress: bool = True) -> BinaryIO:
     try:
         if decompress and path.suffix == ".gz":
             return gzip.open(path, "rb")  # type: ignore[return-value]
+        if decompress:
+            refuse_unnamed_gzip(path)
         return open(path, "rb")
     except OSError as exc:
         raise UserError(f"cannot read {path}: {exc.strerror or exc}") from None
@@ -104,6 +120,7 @@ def file_digest(path: Path, progress: bool = False) -> FileInfo:
     """sha256 of the file's bytes and its number of (decompressed) lines, in one streaming pass."""
     path = Path(path)
     _check_readable(path)
+    refuse_unnamed_gzip(path)
     stat = path.stat()
     lines, last = 0, b""
     with _open_binary(path, decompress=False) as raw, \

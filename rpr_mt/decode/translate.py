@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from rpr_mt.config import DecodeConfig
+from rpr_mt.data.sources import refuse_unnamed_gzip
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search
 from rpr_mt.decode.segment import join_sentences, split_sentences
 from rpr_mt.errors import UserError
@@ -64,6 +65,7 @@ def iter_lines(path: Union[str, Path]) -> Iterator[str]:
         elif name.endswith(".gz"):
             handle = gzip.open(name, "rb")
         else:
+            refuse_unnamed_gzip(Path(name))
             handle = open(name, "rb")
         with contextlib.nullcontext(handle) if name == "-" else handle:
             for number, raw in enumerate(handle, start=1):
