@@ -64,12 +64,12 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
         raise UserError(f"data.output_dir {config.output_dir} is a link to {os.readlink(out)}, which is not a "
                         "directory: make that directory, or remove the link")
     _remove_leftovers(out)
+    reason = "--force"
     if not force:
         reason = check_prepared(config)
         if reason is None:
             log.info("%s is up to date (use --force to rebuild)", config.output_dir)
             return out
-        log.info("preparing %s (%s)", config.output_dir, reason)
     if out.exists() and not (out / MANIFEST).is_file() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"data.output_dir {config.output_dir} exists and does not hold prepared data (no {MANIFEST}); "
                         "refusing to replace it: remove it or choose another data.output_dir")
@@ -82,7 +82,7 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
         raise UserError(f"cannot create data.output_dir {out}: {exc.strerror or exc}") from None
     try:
         with _locked(tmp):
-            manifest = _build(config, tmp, progress)
+            manifest = _build(config, tmp, progress, announce=f"preparing {config.output_dir} ({reason})")
             _swap_into_place(tmp, out)
     except OSError as exc:
         shutil.rmtree(tmp, ignore_errors=True)
@@ -215,8 +215,10 @@ def config_hash(config: DataConfig) -> str:
 # ------------------------------------------------------------------------------------------------------------------
 
 
-def _build(config: DataConfig, tmp: Path, progress: bool) -> dict[str, Any]:
+def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict[str, Any]:
     corpus = sources.open_corpus(config, progress)
+    # said once the inputs are checked (exist, readable, aligned): a bad input is one error line, not two
+    log.info(announce)
     sample = ReservoirSample(config.spm_sample_sentences, SAMPLE_SEED)
 
     def add_to_sample(src: str, tgt: str) -> None:

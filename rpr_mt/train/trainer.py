@@ -84,8 +84,7 @@ def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progres
     reason = check_prepared(cfg.data)
     if reason is not None:
         failure: UserError | None = None
-        if dd.is_main:
-            log(f"data in {cfg.data.output_dir} needs preparing ({reason}); running `rpr-mt prepare` first")
+        if dd.is_main:  # prepare says "preparing DIR (why)" once it has checked the inputs
             try:
                 prepare(cfg.data, progress=progress)
             except UserError as exc:

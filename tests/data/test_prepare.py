@@ -425,3 +425,16 @@ def test_output_dir_that_is_a_dangling_link_is_one_error_before_any_work(tmp_pat
     with pytest.raises(UserError, match=r"is a link to .*elsewhere/prepared, which is not a directory"):
         prepare(demo_config(tmp_path), progress=False)  # output_dir: tmp_path / "prepared", the link
     assert not any(p.name.startswith(".prepared.tmp") for p in tmp_path.iterdir())  # nothing was built
+
+
+@pytest.mark.parametrize("problem", ["missing", "mismatched"])
+def test_a_bad_input_is_one_error_with_no_preparing_line_before_it(tmp_path, caplog, problem):
+    """prepare said "preparing DIR (why)" before it found the input missing or misaligned: two lines on stderr for one
+    bad input (three from train). The announcement now comes once the inputs are checked."""
+    (tmp_path / "a.en").write_text("a\nb\n", encoding="utf-8")
+    if problem == "mismatched":
+        (tmp_path / "a.de").write_text("a\n", encoding="utf-8")
+    config = files_config(tmp_path, {"train": SplitFiles(src=str(tmp_path / "a.en"), tgt=str(tmp_path / "a.de"))})
+    with caplog.at_level(logging.INFO, logger="rpr_mt"), pytest.raises(UserError):
+        prepare(config, progress=False)
+    assert "preparing" not in caplog.text
