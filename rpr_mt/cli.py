@@ -179,7 +179,9 @@ def train(
 def translate(
     checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint file or a run directory."),
     which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
-    input: str = typer.Option("-", "--input", "-i", help="Source text file, one sentence a line ('-' = stdin)."),
+    input: str = typer.Option("-", "--input", "-i",
+                              help="Source text file, one segment a line (a sentence, or several: they are split and "
+                                   "their translations joined); '-' = stdin."),
     output: str = typer.Option("-", "--output", "-o", help="Output file ('-' = stdout)."),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", help="Beam size (1 = greedy); default from config."),
     length_penalty: Optional[float] = typer.Option(None, "--length-penalty", help="GNMT alpha."),
@@ -362,7 +364,7 @@ def eval_bleu(
 @app.command("average-checkpoints", cls=_Command)
 @user_errors
 def average_checkpoints_command(
-    inputs: List[Path] = typer.Argument(..., help="A run directory, or checkpoint files to average."),
+    inputs: List[Path] = typer.Argument(..., metavar="INPUTS", help="A run directory, or checkpoint files to average."),
     last: int = typer.Option(20, "--last", help="With a run directory: average its last N numbered checkpoints."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/checkpoint_avg.pt."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --output checkpoint (no other file)."),
@@ -415,7 +417,7 @@ def average_checkpoints_command(
 @app.command(cls=_Command)
 @user_errors
 def plot(
-    run: Path = typer.Argument(..., help="A training run directory (with metrics.jsonl)."),
+    run: Path = typer.Argument(..., metavar="RUN", help="A training run directory (with metrics.jsonl)."),
     output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file; default: RUN/curves.png."),
 ) -> None:
     """Draw one run's learning curves (loss, dev BLEU, learning rate, tokens/s) as a PNG; needs matplotlib."""
@@ -429,7 +431,7 @@ def plot(
 @app.command("export", cls=_Command)
 @user_errors
 def export_command(
-    checkpoint: Path = typer.Argument(..., help="A run directory or a checkpoint file."),
+    checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT", help="A run directory or a checkpoint file."),
     output: Path = typer.Option(..., "--output", "-o", help="The CTranslate2 model directory to write."),
     which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
     quantization: Optional[str] = typer.Option(
