@@ -569,6 +569,8 @@ def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
     ``inputs`` or, for a ``text`` output, a checkpoint (``*.pt``): a typo must not destroy the source text, the
     references or a model. A symlink is checked as the file it points to, and a device or FIFO (``/dev/null``, a
     named pipe) only for being writable itself: ``_write_lines`` writes through them, nothing beside them."""
+    if not path:  # Path("") is ".", a directory: the message would name neither the option's value nor its problem
+        raise UserError(f"{option}: an empty path; give a file name (or - for stdout)")
     if path == "-":
         return
     target = Path(path)

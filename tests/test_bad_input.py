@@ -282,6 +282,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     # compressed bytes read as text gave a wrong line count ("has 66 lines but ... 96") or invalid UTF-8
     ("prepare: gzip without .gz", lambda r: ["prepare", "--config", f"{r}/gzip_files.yaml"],
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
+    ("translate: empty output path", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
+                                                "-o", ""], "--output: an empty path"),
     ("translate: gzip without .gz", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/gzipped.en"],
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
     ("plot: run without metrics", lambda r: ["plot", f"{r}/empty_run"], "metrics.jsonl"),

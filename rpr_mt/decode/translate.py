@@ -72,7 +72,8 @@ def iter_lines(path: Union[str, Path]) -> Iterator[str]:
                 try:
                     line = raw.removesuffix(b"\n").decode("utf-8")
                 except UnicodeDecodeError as exc:
-                    raise UserError(f"{name}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") \
+                    shown = "stdin" if name == "-" else name  # as the empty-input error names it
+                    raise UserError(f"{shown}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") \
                         from None
                 if number == 1:
                     line = line.removeprefix("\ufeff")  # byte-order mark

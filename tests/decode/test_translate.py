@@ -157,8 +157,9 @@ def test_read_lines_reports_invalid_utf8_with_line_number(tmp_path) -> None:
 
 
 def test_read_lines_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
+    """stdin is named as the empty-input error names it ("-: line 2" before)."""
     monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xc3\n")))
-    with pytest.raises(UserError, match=r"^-: line 2: invalid UTF-8"):
+    with pytest.raises(UserError, match=r"^stdin: line 2: invalid UTF-8"):
         read_lines("-")
 
 
