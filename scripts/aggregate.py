@@ -5,7 +5,9 @@
 ``--by-length dev`` adds a table of BLEU by source-sentence length (quartile buckets, or ``--length-edges 10,13,16``),
 scored from each finished run's ``dev.hyp``; see rpr_mt/experiments/lengths.py. ``--paired-bootstrap dev`` adds each
 cell's BLEU difference to the base run of the same seed with sacreBLEU's paired bootstrap p-value
-(rpr_mt/experiments/significance.py).
+(rpr_mt/experiments/significance.py); ``--baseline k=16`` compares with that cell instead (a sweep whose base run is
+not planned, e.g. ``--tables clip`` with a base k that is none of the paper's). Without a finished run to compare
+with, the report says so in place of that section; its tables and plots are written as always.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from pathlib import Path
 
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.lengths import length_table, plot_length_table, render_length_table
-from rpr_mt.experiments.significance import render_significance_table
+from rpr_mt.experiments.significance import check_baseline, render_significance_table
 from rpr_mt.experiments.tables import load_sweep, plot, render_markdown
 
 
@@ -56,6 +58,9 @@ def main(argv: list[str] | None = None) -> int:
                         "(default: the split's length quartiles)")
     parser.add_argument("--paired-bootstrap", choices=["dev", "test"],
                         help="add each cell's BLEU difference to the same seed's base run, with its p-value")
+    parser.add_argument("--baseline", metavar="CELL",
+                        help="with --paired-bootstrap: compare with this cell's runs (a row label, e.g. k=16 or "
+                        "absolute) instead of the base run")
     parser.add_argument("--metric", choices=["sacrebleu", "lit"], default="sacrebleu",
                         help="the BLEU that --paired-bootstrap resamples: sacreBLEU, or the Multi30k literature's "
                         "(lowercased, normalized, Moses-tokenized text)")
@@ -65,23 +70,28 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--length-edges goes with --by-length")
     if args.metric != "sacrebleu" and not args.paired_bootstrap:
         parser.error("--metric chooses the BLEU of --paired-bootstrap; give that too")
+    if args.baseline is not None and not args.paired_bootstrap:
+        parser.error("--baseline chooses the comparison of --paired-bootstrap; give that too")
     try:
         check_outputs(args.root, args.out, args.plots)
         sweep = load_sweep(args.root)
+        check_baseline(sweep, args.baseline)  # before any plot is written
         text = render_markdown(sweep, args.title)
-        if args.by_length:
+        lengths = None
+        if args.by_length and not sweep.results:  # nothing to score yet: the tables show the plan all the same
+            text += f"\n## BLEU by source length ({args.by_length})\n\nNot computed: no run has finished yet.\n"
+        elif args.by_length:
             lengths = length_table(sweep, args.by_length, args.length_edges, args.data_dir)
-            table = render_length_table(lengths)
-            if args.plots:
-                print(f"wrote {plot_length_table(lengths, args.plots, args.prefix)}", file=sys.stderr)
             text += (f"\n## BLEU by source length ({args.by_length})\n\nCorpus {lengths.metric} of the "
                      f"{args.by_length} sentences "
                      "whose source has that many words (sentence count in the header), mean ± std over seeds.\n\n"
-                     + table + "\n")
+                     + render_length_table(lengths) + "\n")
         if args.paired_bootstrap:
-            table = render_significance_table(sweep, args.paired_bootstrap, args.data_dir, metric=args.metric)
-            text += (f"\n## Paired bootstrap against the base run ({args.paired_bootstrap})\n\nEach cell's "
-                     f"{args.paired_bootstrap} BLEU minus that of the base run with the same seed (mean ± std over "
+            table = render_significance_table(sweep, args.paired_bootstrap, args.data_dir, metric=args.metric,
+                                              baseline=args.baseline)
+            against = "the base run" if args.baseline is None else f"the {args.baseline} run"
+            text += (f"\n## Paired bootstrap against {against} ({args.paired_bootstrap})\n\nEach cell's "
+                     f"{args.paired_bootstrap} BLEU minus that of {against} with the same seed (mean ± std over "
                      "seeds), and the two-sided p-value of sacreBLEU's paired bootstrap resampling for each seed (0.001 "
                      "is the smallest that 1,000 resamples can give).\n\n"
                      + table + "\n")
@@ -89,8 +99,11 @@ def main(argv: list[str] | None = None) -> int:
             Path(args.out).write_text(text + "\n", encoding="utf-8")
         else:
             print(text)
-        if args.plots:
-            for path in plot(sweep, args.plots, args.prefix):
+        if args.plots:  # after every section is computed: a report that fails leaves no plots half-written
+            written = plot(sweep, args.plots, args.prefix)
+            if lengths is not None:
+                written.append(plot_length_table(lengths, args.plots, args.prefix))
+            for path in written:
                 print(f"wrote {path}", file=sys.stderr)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)

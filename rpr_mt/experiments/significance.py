@@ -53,14 +53,35 @@ def paired_bootstrap(
     return difference, float(system_result.p_value)
 
 
-def _base_runs(sweep: SweepResults, runs: Sequence[str]) -> dict[int, str]:
-    """seed -> the finished run of the unmodified base config (no overrides) with that seed."""
-    bases = {}
-    for run in runs:
-        entry = sweep.entries.get(run, {})
-        if entry.get("overrides") == []:
-            bases[int(entry["seed"])] = run
-    return bases
+def check_baseline(sweep: SweepResults, baseline: str | None) -> None:
+    """A ``--baseline`` cell that this sweep does not plan is a UserError naming the cells it does (asked of the
+    report before any of it is written)."""
+    if baseline is None or any(label == baseline for _, label in sweep.cells):
+        return
+    labels = [label for _, label in sweep.cells]
+    raise UserError(f"--baseline {baseline!r} is not a cell of the sweep under {sweep.root} (its cells: "
+                    f"{', '.join(labels[:8])}{', ...' if len(labels) > 8 else ''})")
+
+
+def comparison_runs(sweep: SweepResults, baseline: str | None = None) -> tuple[dict[int, str], str | None]:
+    """(seed -> the finished run every cell of that seed is compared with, why there is none). The comparison is the
+    base config without overrides, or the cell labelled ``baseline`` (e.g. "k=16", when a --tables clip sweep's base
+    k is none of the paper's). No finished one is no error: the report's tables and plots are still wanted, and its
+    bootstrap section says why it is missing."""
+    check_baseline(sweep, baseline)
+    if baseline is None:
+        planned = [run for run, entry in sweep.entries.items() if entry.get("overrides") == []]
+        name = "the base run (the config without overrides)"
+    else:
+        planned = sorted({run for (_, label), cell in sweep.cells.items() if label == baseline for run in cell.runs})
+        name = f"the '{baseline}' run"
+    found = {int(sweep.entries[run]["seed"]): run for run in planned if run in sweep.results}
+    if found:
+        return found, None
+    if planned:
+        return {}, f"{name} has not finished yet ({', '.join(planned)})"
+    return {}, ("no run of this sweep is the base config without overrides (every planned cell changes it), so there "
+                "is nothing to compare the cells with; --baseline CELL compares them with one of the cells")
 
 
 def _lit_text(sweep: SweepResults, outputs: SplitOutputs) -> SplitOutputs:
@@ -80,22 +101,18 @@ def _lit_text(sweep: SweepResults, outputs: SplitOutputs) -> SplitOutputs:
 
 def render_significance_table(
     sweep: SweepResults, split: str, data_dir: str | Path | None = None, n_samples: int = N_SAMPLES,
-    metric: Metric = "sacrebleu",
+    metric: Metric = "sacrebleu", baseline: str | None = None,
 ) -> str:
-    """Markdown: per cell, its BLEU minus the same seed's base run (mean ± std over seeds) and each seed's p-value."""
+    """Markdown: per cell, its BLEU minus the same seed's base run, or ``baseline`` cell's run (mean ± std over
+    seeds), and each seed's p-value; without a finished one to compare with, a line saying why."""
+    bases, missing = comparison_runs(sweep, baseline)
+    if missing:  # before any data is read: there may be none yet either
+        return f"Not computed: {missing}."
     outputs = load_split_outputs(sweep, split, data_dir)
     if metric == "lit":
         outputs = _lit_text(sweep, outputs)
-    bases = _base_runs(sweep, list(outputs.hypotheses))
-    if not bases:  # said in the report, whose tables and plots are still wanted: not an error
-        planned = [run for run, entry in sweep.entries.items() if not entry.get("overrides")]
-        if planned:
-            return (f"Not computed: the base run (the config without overrides) has not finished yet "
-                    f"({', '.join(planned)}).")
-        return ("Not computed: no run of this sweep is the base config without overrides (every planned cell "
-                "changes it), so there is nothing to compare the cells with.")
-    lines = [f"| cell | seeds | Δ {split} {METRIC_NAMES[metric]} vs base | p per seed (paired bootstrap, {n_samples} "
-             "resamples) |", "|---|---|---|---|"]
+    lines = [f"| cell | seeds | Δ {split} {METRIC_NAMES[metric]} vs {baseline or 'base'} | p per seed (paired "
+             f"bootstrap, {n_samples} resamples) |", "|---|---|---|---|"]
     for runs, labels in cell_rows(sweep, outputs.hypotheses).items():
         deltas, p_values = [], []
         for run in runs:

@@ -112,3 +112,28 @@ def test_literature_bleu_bootstrap_resamples_lowercased_tokenized_text(tmp_path)
         assert f"| absolute | 1 | {_signed([delta])} | {p:.3f} (seed 1) |" in table
         # lowercased, the upper-case base run is perfect and absolute is behind it; as it is, base scores nothing
         assert (delta < 0) == (prep == "lc.norm.tok")
+
+
+def test_baseline_cell_is_compared_with_instead_of_the_base_run(tmp_path):
+    """A sweep whose base run is not planned (--tables clip with a base k that is none of the paper's; a schemes
+    sweep) had nothing to compare with: --baseline names the cell to compare the others with, as the study's does."""
+    data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    sweep = load_sweep(tmp_path / "sweep")
+    table = render_significance_table(sweep, "dev", data_dir=tmp_path / "data", n_samples=200, baseline="absolute")
+    rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
+    assert "vs absolute" in table.splitlines()[0]
+    assert rows["absolute"] == "| absolute | 1 | base | |"
+    delta, p = paired_bootstrap(data["positions=absolute/seed1"], data["base/seed1"], data["references"], 200)
+    assert rows["relative = k=16"] == f"| relative = k=16 | 1 | +{mean_std([delta])} | {p:.3f} (seed 1) |"  # no seed 2
+    assert render_significance_table(sweep, "dev", baseline="k=0") == (
+        "Not computed: the 'k=0' run has not finished yet (clip=0/seed1).")  # and no data is read for it
+    with pytest.raises(UserError, match=r"--baseline 'k=3' is not a cell of the sweep under .*\(its cells: relative, "):
+        render_significance_table(sweep, "dev", data_dir=tmp_path / "data", baseline="k=3")
+
+
+def test_nothing_finished_is_said_without_reading_any_data(tmp_path):
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    for result in (tmp_path / "sweep").glob("*/*/result.json"):
+        result.unlink()
+    table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "nowhere")
+    assert table.startswith("Not computed: the base run (the config without overrides) has not finished yet")

@@ -1,0 +1,51 @@
+"""scripts/aggregate.py: a report whose optional sections cannot be computed yet is still written, tables and plots."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.experiments.test_lengths import sweep_with_hypotheses
+
+from . import load_script
+
+
+def test_paired_bootstrap_without_a_base_run_still_writes_the_tables_and_plots(tmp_path, capsys):
+    """The base run not finished (or not planned at all: --tables clip with a base k that is none of the paper's, a
+    schemes sweep) aborted the whole report with exit 2, after --by-length had written its plot."""
+    pytest.importorskip("matplotlib")
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    for seed in (1, 2):
+        (tmp_path / "sweep" / "base" / f"seed{seed}" / "result.json").unlink()
+    common = [str(tmp_path / "sweep"), "--data-dir", str(tmp_path / "data"), "--paired-bootstrap", "dev"]
+    out, plots = tmp_path / "report.md", tmp_path / "img"
+    assert aggregate.main([*common, "--by-length", "dev", "--out", str(out), "--plots", str(plots)]) == 0
+    report = out.read_text(encoding="utf-8")
+    assert "## Table 1: absolute vs relative position representations" in report
+    assert "## BLEU by source length (dev)" in report
+    assert ("Not computed: the base run (the config without overrides) has not finished yet (base/seed1, "
+            "base/seed2).") in report
+    assert (plots / "bleu_by_length.png").is_file()
+    # --baseline: the comparison is another cell's runs; one the sweep lacks is refused before anything is written
+    assert aggregate.main([*common, "--baseline", "absolute"]) == 0
+    assert "## Paired bootstrap against the absolute run (dev)" in capsys.readouterr().out
+    (plots / "bleu_by_length.png").unlink()
+    assert aggregate.main([*common, "--by-length", "dev", "--plots", str(plots), "--baseline", "k=3"]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "--baseline 'k=3' is not a cell of the sweep" in err
+    assert list(plots.iterdir()) == []
+    with pytest.raises(SystemExit):
+        aggregate.main([str(tmp_path / "sweep"), "--baseline", "absolute"])
+    assert "--baseline chooses the comparison of --paired-bootstrap" in capsys.readouterr().err
+
+
+def test_a_sweep_with_nothing_finished_is_reported_with_its_sections_not_computed(tmp_path, capsys):
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    for result in (tmp_path / "sweep").glob("*/*/result.json"):
+        result.unlink()
+    assert aggregate.main([str(tmp_path / "sweep"), "--by-length", "dev", "--paired-bootstrap", "test"]) == 0
+    report = capsys.readouterr().out
+    assert "0 of 4 runs finished" in report
+    assert "## BLEU by source length (dev)\n\nNot computed: no run has finished yet." in report
+    assert "Not computed: the base run (the config without overrides) has not finished yet" in report
