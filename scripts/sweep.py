@@ -17,7 +17,7 @@ import shlex
 import sys
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.sweep import (PAPER_TABLES, TABLE_NAMES, check_base_settings, is_finished, plan_runs, read_plan,
+from rpr_mt.experiments.sweep import (PAPER_TABLES, TABLE_NAMES, check_plan, is_finished, plan_runs, read_plan,
                                       run_config, run_sweep)
 
 
@@ -40,7 +40,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed given twice")
     try:
         if args.list:
-            check_base_settings(read_plan(args.root), args.root, args.config, args.overrides)  # "finished" means this
+            check_plan(read_plan(args.root), args.root, args.config, args.overrides)  # as running it would
             runs = plan_runs(args.config, args.tables, args.seeds, args.overrides)
             unknown = sorted(set(args.only) - {run.directory for run in runs})
             if unknown:

@@ -221,24 +221,47 @@ def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], 
 
 def _merge_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
     path = Path(root) / "plan.json"
-    plan = read_plan(root) or {"runs": {}}
-    # The recorded settings decide whether this is the plan's base config: the same file spelled another way
-    # (./x.yaml, an absolute path) or an identical copy is; a plan from before settings were recorded needs the file.
-    recorded = plan.get("config", str(config_path))
-    same_file = recorded == str(config_path) or _same_file(recorded, config_path)
-    if plan.get("overrides", overrides) != overrides or (not same_file and plan.get("base_settings") is None):
-        raise UserError(
-            f"{path} belongs to a sweep of {plan.get('config')} with overrides {plan.get('overrides')}; "
-            "use another --root for a different base config"
-        )
-    base = check_base_settings(plan, root, config_path, overrides)
-    plan["config"], plan["overrides"], plan["base_settings"] = recorded, overrides, base
+    plan = read_plan(root)
+    base = check_plan(plan, root, config_path, overrides)
+    plan = plan or {"runs": {}}
+    plan.setdefault("config", str(config_path))  # the path and overrides recorded first stay: the settings decide
+    plan.setdefault("overrides", overrides)
+    plan["base_settings"] = base
     for run in runs:
         entry = plan["runs"].setdefault(run.directory, {"seed": run.seed, "overrides": run.overrides, "cells": []})
         for cell in run.cells:
             if list(cell) not in entry["cells"]:
                 entry["cells"].append(list(cell))
     _write_json(path, plan)
+
+
+def check_plan(plan: dict[str, Any] | None, root: str | Path, config_path: str | Path,
+               overrides: list[str]) -> dict[str, Any]:
+    """The base config's settings now, after checking that ``plan`` (the root's plan.json, None if there is none yet)
+    is a plan of this base config: the one check of both planning and ``--list``, so that --list never prints
+    commands that then fail. The settings decide, not how they are spelled: the same file as ./x.yaml or an absolute
+    path, an identical copy, or overrides that change nothing (train.num_threads) are the same sweep. A plan from
+    before settings were recorded (``base_settings``; the committed roots under results/) is compared with the config
+    file it names, read again, with its overrides; when that file cannot be read, only the same file and overrides
+    are known to be the same."""
+    base = check_base_settings(plan, root, config_path, overrides)
+    if plan is None or plan.get("base_settings") is not None:
+        return base
+    recorded, recorded_overrides = plan.get("config", str(config_path)), plan.get("overrides", overrides)
+    if recorded_overrides == overrides and (recorded == str(config_path) or _same_file(recorded, config_path)):
+        return base
+    if Path(recorded).is_file():
+        try:
+            if _base_settings(recorded, recorded_overrides) == base:
+                return base
+        except UserError:  # no longer a valid config: not known to be the same
+            pass
+    unread = "" if Path(recorded).is_file() else f" ({recorded} is not found from here: run where the sweep was planned)"
+    raise UserError(
+        f"{Path(root) / 'plan.json'} belongs to a sweep of {recorded} with overrides {recorded_overrides}, not "
+        f"known to have the settings of {config_path} with {overrides}{unread}; use another --root for a different "
+        "base config"
+    )
 
 
 def _same_file(a: str | Path, b: str | Path) -> bool:

@@ -301,3 +301,37 @@ def test_the_base_config_by_another_spelling_or_an_identical_copy_is_the_same_sw
     with pytest.raises(UserError, match="belongs to a sweep of"):
         write_plan(root, copy, [], plan_runs(base_config, ["positions"], [1], []))
     write_plan(root, f"./{base_config.name}", [], plan_runs(base_config, ["positions"], [1], []))  # the same file
+
+
+def test_list_and_running_agree_on_a_plan_from_before_settings_were_recorded(base_config, tmp_path, monkeypatch):
+    """The committed roots' plans record no base_settings: there a renamed identical copy (or overrides that change
+    nothing) was refused when running, while --list accepted it and printed --only commands that then failed. Both
+    now compare the settings of the config file the plan names, read again."""
+    from rpr_mt.experiments.sweep import check_plan, write_plan
+    from tests.scripts import load_script
+
+    sweep_script = load_script("scripts/sweep.py")
+    monkeypatch.chdir(base_config.parent)
+    copy = tmp_path / "renamed.yaml"
+    copy.write_text(base_config.read_text(encoding="utf-8"), encoding="utf-8")
+    root = tmp_path / "legacy"
+    root.mkdir()
+    legacy = {"config": base_config.name, "overrides": [], "runs": {}}
+    (root / "plan.json").write_text(json.dumps(legacy))
+    for config, overrides in ((copy, []), (f"./{base_config.name}", ["train.num_threads=1"])):
+        check_plan(legacy, root, config, overrides)
+        listed = ["--root", str(root), "--tables", "positions", "--seeds", "1", "--list"]
+        assert sweep_script.main([str(config), *listed, *(f"--set={o}" for o in overrides)]) == 0
+    write_plan(root, copy, [], plan_runs(copy, ["positions"], [1], []))
+    plan = json.loads((root / "plan.json").read_text())
+    assert (plan["config"], plan["overrides"]) == (base_config.name, []) and "base_settings" in plan  # first kept
+    # Settings that differ, or a named file not found from here, are refused by both alike
+    copy.write_text(copy.read_text(encoding="utf-8").replace("peak_lr:", "peak_lr: 0.00123 #"), encoding="utf-8")
+    for plan in (legacy, {**legacy, "config": "elsewhere/base.yaml"}):
+        (root / "plan.json").write_text(json.dumps(plan))
+        with pytest.raises(UserError, match="belongs to a sweep of .* not known to have the settings of"):
+            write_plan(root, copy, [], plan_runs(copy, ["positions"], [1], []))
+        assert sweep_script.main([str(copy), "--root", str(root), "--tables", "positions", "--seeds", "1",
+                                  "--list"]) == 2
+    with pytest.raises(UserError, match="not found from here: run where the sweep was planned"):
+        check_plan({**legacy, "config": "elsewhere/base.yaml"}, root, base_config, [])
