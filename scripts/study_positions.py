@@ -30,7 +30,8 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("config", help="base config of the study (configs/multi30k_en_de_positions.yaml)")
     parser.add_argument("--root", required=True, help="study directory: one sub-directory per run")
-    parser.add_argument("--seeds", nargs="+", type=int, default=[1, 2])
+    # repeatable, as sweep.py's (the last --seeds alone counted before); a seed given twice is trained once
+    parser.add_argument("--seeds", nargs="+", type=int, action="extend", help="seeds (repeatable; default: 1 2)")
     parser.add_argument("--set", dest="overrides", action="append", default=[],
                         help="section.key=value applied to every run")
     parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
@@ -48,6 +49,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--split-sentences", action="store_true",
                         help="decode the long sets sentence by sentence (long_results_split.json) instead of whole")
     args = parser.parse_args(argv)
+    args.seeds = list(dict.fromkeys(args.seeds or [1, 2]))
     report_only = [flag for flag, given in (("--plot", args.plot), ("--bootstrap", args.bootstrap),
                                              ("--lengths", args.lengths), ("--speed-json", args.speed_json),
                                              ("--baseline", args.baseline != BASELINE), ("--data-dir", args.data_dir))

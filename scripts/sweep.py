@@ -34,10 +34,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
     parser.add_argument("--list", action="store_true", help="print one command per run and its state; run nothing")
     args = parser.parse_args(argv)
-    args.tables = list(dict.fromkeys(args.tables or PAPER_TABLES))  # a table named twice is planned once
-    args.seeds = args.seeds or [1, 2]
-    if len(set(args.seeds)) != len(args.seeds):
-        parser.error(f"--seeds {' '.join(map(str, args.seeds))}: a seed given twice")
+    # given twice (--seeds 1 2 --seeds 2 3), a table or seed is planned once; --list prints each once
+    args.tables = list(dict.fromkeys(args.tables or PAPER_TABLES))
+    args.seeds = list(dict.fromkeys(args.seeds or [1, 2]))
     try:
         if args.list:
             check_plan(read_plan(args.root), args.root, args.config, args.overrides)  # as running it would

@@ -162,7 +162,9 @@ def _run_name(differences: list[tuple[str, Any]]) -> str:
 
 
 def plan_runs(config_path: str | Path, tables: Iterable[str], seeds: Iterable[int], overrides: list[str]) -> list[Run]:
-    """One run per distinct (resolved config, seed), each listing the table cells it stands for."""
+    """One run per distinct (resolved config, seed), each listing the table cells it stands for. A table or seed
+    named twice is planned once (each cell would otherwise stand twice in its run's cells)."""
+    tables, seeds = list(dict.fromkeys(tables)), list(dict.fromkeys(seeds))
     base = comparable_config(load_config(config_path, overrides))
     resolved = []
     for table in tables:

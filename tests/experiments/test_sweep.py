@@ -335,3 +335,12 @@ def test_list_and_running_agree_on_a_plan_from_before_settings_were_recorded(bas
                                   "--list"]) == 2
     with pytest.raises(UserError, match="not found from here: run where the sweep was planned"):
         check_plan({**legacy, "config": "elsewhere/base.yaml"}, root, base_config, [])
+
+
+def test_a_table_or_seed_named_twice_is_planned_once(base_config):
+    """--tables positions positions (or a repeated seed) listed each cell twice in its run and in the log."""
+    runs = plan_runs(base_config, ["positions", "clip", "positions"], [2, 1, 2], [])
+    assert [run.directory for run in runs] == [run.directory for run in plan_runs(base_config, ["positions", "clip"],
+                                                                                   [2, 1], [])]
+    base = next(run for run in runs if run.directory == "base/seed2")
+    assert base.cells == [("positions", "relative"), ("clip", "k=4")]

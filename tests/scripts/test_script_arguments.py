@@ -1,5 +1,5 @@
 """The experiment scripts refuse what they cannot do before doing anything: flags that another flag needs, outputs
-that would replace their inputs, duplicate seeds, unknown runs (each a one-line error, exit 2, no traceback)."""
+that would replace their inputs, unknown runs (each a one-line error, exit 2, no traceback)."""
 
 from __future__ import annotations
 
@@ -53,7 +53,7 @@ def test_aggregate_names_an_unreadable_plan(tmp_path, capsys):
     assert "plan.json: not readable JSON" in capsys.readouterr().err
 
 
-def test_sweep_list_takes_only_and_refuses_duplicate_seeds(tmp_path):
+def test_sweep_list_takes_only_and_plans_a_repeated_seed_or_table_once(tmp_path):
     def sweep(*args):
         return subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", str(tmp_path / "r"),
                                "--tables", "positions", *args], cwd=REPO, capture_output=True, text=True, timeout=120)
@@ -64,8 +64,12 @@ def test_sweep_list_takes_only_and_refuses_duplicate_seeds(tmp_path):
         "# base/seed2: to do (positions relative)"]
     unknown = sweep("--seeds", "1", "--list", "--only", "base/seed9")
     assert unknown.returncode == 2 and "no such run" in unknown.stderr and "Traceback" not in unknown.stderr
-    twice = sweep("--seeds", "1", "1", "--list")
-    assert twice.returncode == 2 and "a seed given twice" in twice.stderr
+    # a seed given twice (repeated flags accumulate: --seeds 1 2 --seeds 2 3) is planned once, in its first place
+    twice = sweep("--seeds", "2", "1", "--seeds", "1", "--list")
+    assert twice.returncode == 0, twice.stderr
+    assert [line[2:].split(":")[0] for line in twice.stdout.splitlines() if line.startswith("#")] == [
+        "positions=absolute/seed2", "base/seed2", "positions=absolute/seed1", "base/seed1"]
+    assert all("--seeds 2 1 --only" in line for line in twice.stdout.splitlines() if not line.startswith("#"))
     # --tables and --seeds given again add to the first, as --set and --only do (the last one alone counted)
     repeated = sweep("--tables", "clip", "positions", "--seeds", "1", "--seeds", "2", "--list")
     assert repeated.returncode == 0, repeated.stderr
@@ -108,3 +112,16 @@ def test_sweep_list_refuses_a_base_config_changed_since_its_plan(tmp_path):
                              "positions", "--seeds", "1", "--list"], cwd=REPO, capture_output=True, text=True,
                             timeout=120)
     assert listed.returncode == 2 and "train.peak_lr: 0.5 -> 0.003" in listed.stderr, listed.stderr
+
+
+def test_study_seeds_given_again_add_to_the_first(tmp_path, monkeypatch):
+    """study_positions.py kept the last --seeds alone (sweep.py's accumulate); a seed given twice is trained once."""
+    import rpr_mt.experiments.sweep as sweep_module
+
+    study = load_script("scripts/study_positions.py")
+    asked = []
+    monkeypatch.setattr(sweep_module, "run_sweep", lambda config, root, tables, seeds, *rest, **kw: asked.append(seeds)
+                        or "done")
+    assert study.main(["configs/demo.yaml", "--root", str(tmp_path / "s"), "--seeds", "3", "1", "--seeds", "1", "2"]) == 0
+    assert study.main(["configs/demo.yaml", "--root", str(tmp_path / "s")]) == 0
+    assert asked == [[3, 1, 2], [1, 2]]
