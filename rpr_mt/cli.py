@@ -61,6 +61,11 @@ class _Parsing:
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         return _no_type_on_flags(super().get_params(ctx))
 
+    def collect_usage_pieces(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
+        # typer 0.29 writes a required argument as {NAME} in the usage line, which reads like a template or a set;
+        # click, --help's argument list and the README write NAME (an optional one stays [NAME])
+        return [re.sub(r"^\{(.+)\}(\.\.\.)?$", r"\1\2", piece) for piece in super().collect_usage_pieces(ctx)]
+
     def make_context(self, info_name, args, parent=None, **extra):  # noqa: ANN001, ANN003, ANN201 (click's)
         try:
             return super().make_context(info_name, args, parent=parent, **extra)
