@@ -89,7 +89,8 @@ class _Parsing:
 
         def parse_args(args):  # noqa: ANN001, ANN202 (click's parser)
             opts, rest, order = parse(args=args)
-            _refuse_empty_paths(params, opts)  # before typer makes "" into Path(".")
+            if not ctx.resilient_parsing:  # (shell completion parses half-typed lines)
+                _refuse_empty_paths(params, opts)  # before typer makes "" into Path(".")
             return opts, rest, order
 
         parser.parse_args = parse_args
