@@ -13,7 +13,8 @@ import math
 import os
 import re
 import sys
-from pathlib import Path
+import typing
+from pathlib import Path, PurePath
 from typing import Callable, Iterable, List, Optional, TypeVar
 
 # OpenMP threads that wait for a sibling spin by default; when another process holds a core, the spinning thread burns
@@ -55,11 +56,53 @@ def _one_line_usage_error(exc: Exception, command: str = "rpr-mt") -> typer.Exit
     return typer.Exit(exc.exit_code)
 
 
+def _takes_a_path(param) -> bool:  # noqa: ANN001 (a click or typer parameter)
+    """Whether a parameter is declared as a Path (a list's or an Optional's items too)."""
+    descriptor = getattr(param, "type_descriptor", None)
+    if descriptor is None:  # typer before 0.2x: click's own types
+        return type(getattr(param, "type", None)).__name__ == "Path"
+    annotation = descriptor.annotation
+    annotation = next(iter(typing.get_args(annotation)), annotation)
+    return isinstance(annotation, type) and issubclass(annotation, PurePath)
+
+
+def _refuse_empty_paths(params: list, opts: dict) -> None:
+    """An empty string given for a Path parameter, as one `error:` line and exit code 2. Path("") is ".", so it was
+    taken for the current directory: "no checkpoint_best.pt in .", "--output . is a directory"."""
+    for param in params:
+        value = opts.get(param.name)
+        values = value if isinstance(value, (list, tuple)) else [value]
+        if "" in values and _takes_a_path(param):
+            name = (next((o for o in param.opts if o.startswith("--")), param.opts[0])
+                    if param.param_type_name == "option" else param.metavar or param.name.upper())
+            typer.echo(f"error: {name}: an empty path; give a file or directory name", err=True)
+            raise typer.Exit(2)
+
+
 class _Parsing:
-    """Shared by the group and its commands: no type column for flags in --help, and one-line usage errors."""
+    """Shared by the group and its commands: no type column for flags in --help, one-line usage errors, and empty
+    paths refused as such."""
+
+    def make_parser(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
+        parser = super().make_parser(ctx)
+        parse, params = parser.parse_args, self.get_params(ctx)
+
+        def parse_args(args):  # noqa: ANN001, ANN202 (click's parser)
+            opts, rest, order = parse(args=args)
+            if not ctx.resilient_parsing:  # (shell completion parses half-typed lines)
+                _refuse_empty_paths(params, opts)  # before typer makes "" into Path(".")
+            return opts, rest, order
+
+        parser.parse_args = parse_args
+        return parser
 
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         return _no_type_on_flags(super().get_params(ctx))
+
+    def collect_usage_pieces(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
+        # typer 0.29 writes a required argument as {NAME} in the usage line, which reads like a template or a set;
+        # click, --help's argument list and the README write NAME (an optional one stays [NAME])
+        return [re.sub(r"^\{(.+)\}(\.\.\.)?$", r"\1\2", piece) for piece in super().collect_usage_pieces(ctx)]
 
     def make_context(self, info_name, args, parent=None, **extra):  # noqa: ANN001, ANN003, ANN201 (click's)
         try:
@@ -554,6 +597,8 @@ def _check_input(path: str, option: str) -> None:
     is not reported as something else (a language the name does not tell, after a model took a minute to load)."""
     if path == "-":
         return
+    if not path:  # Path("") is ".", which would be reported as a directory
+        raise UserError(f"{option}: an empty path; give a file name (or - for stdin)")
     target = Path(path)
     if not target.exists():
         raise UserError(f"{option} {path}: file not found")

@@ -4,7 +4,9 @@ traceback, and nothing written or changed on disk (issue #18). The valid checkpo
 from __future__ import annotations
 
 import gzip
+import logging
 import shutil
+import sys
 from pathlib import Path
 from typing import Callable
 
@@ -284,6 +286,18 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
     ("translate: empty output path", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
                                                 "-o", ""], "--output: an empty path"),
+    # Path("") is ".": an empty path was reported as a directory, or as "no checkpoint_best.pt in ."
+    ("translate: empty checkpoint path", lambda r: ["translate", "--checkpoint", "", "-i", f"{r}/src.en"],
+     "error: --checkpoint: an empty path"),
+    ("translate: empty input path", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", ""],
+     "error: --input: an empty path"),
+    ("eval-bleu: empty --ref path", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--ref", ""],
+     "error: --ref: an empty path"),
+    ("export: empty checkpoint path", lambda r: ["export", "", "-o", f"{r}/ct2"], "error: CHECKPOINT: an empty path"),
+    ("average: empty input path", lambda r: ["average-checkpoints", "", f"{r}/model.pt", "-o", f"{r}/avg.pt"],
+     "error: INPUTS: an empty path"),
+    ("plot: empty output path", lambda r: ["plot", f"{r}/empty_run", "-o", ""], "error: --output: an empty path"),
+    ("train: empty config path", lambda r: ["train", "--config", ""], "error: --config: an empty path"),
     ("translate: gzip without .gz", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/gzipped.en"],
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
     ("plot: run without metrics", lambda r: ["plot", f"{r}/empty_run"], "metrics.jsonl"),
@@ -405,6 +419,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "data.multi30k_dir not found"),
     ("prepare: TSV line without a tab", lambda r: ["prepare", "--config", f"{r}/tsv.yaml"],
      "notab.tsv:1: expected exactly one tab"),
+    # train prepares the data first: it said "preparing DIR (why)" (and before that "needs preparing") before these
+    ("train: missing input file", lambda r: ["train", "--config", f"{r}/files.yaml"], "missing.de"),
+    ("train: input is a directory", lambda r: ["train", "--config", f"{r}/dir_input.yaml"], "outdir"),
+    ("train: mismatched parallel files", lambda r: ["train", "--config", f"{r}/mismatch_files.yaml"],
+     "mismatch.en has 3 lines but"),
+    ("train: invalid UTF-8 in training data", lambda r: ["train", "--config", f"{r}/utf8_files.yaml"],
+     "badtrain.de:2: invalid UTF-8"),
     ("prepare: input is a directory", lambda r: ["prepare", "--config", f"{r}/dir_input.yaml"],
      "input is not a file"),
     # --- added third (issue #31): path problems are said before naming conventions and before other options
@@ -453,8 +474,24 @@ def snapshot(root: Path) -> dict[str, tuple[int, int]]:
     return {str(p.relative_to(root)): (p.stat().st_size, p.stat().st_mtime_ns) for p in root.rglob("*")}
 
 
+class _ToCurrentStderr(logging.Handler):
+    """rpr_mt's log lines to whatever sys.stderr is when they are emitted: the CLI shows them on stderr, but under
+    pytest its handler is pytest's, so lines logged before an error ("preparing DIR (why)") were not counted."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        sys.stderr.write(self.format(record) + "\n")
+
+
+@pytest.fixture
+def log_lines_on_stderr():
+    logger, handler = logging.getLogger("rpr_mt"), _ToCurrentStderr()
+    logger.addHandler(handler)
+    yield
+    logger.removeHandler(handler)
+
+
 @pytest.mark.parametrize("name, args, fragment", CASES, ids=[c[0] for c in CASES])
-def test_bad_input(tmp_path, monkeypatch, name, args, fragment):
+def test_bad_input(tmp_path, monkeypatch, log_lines_on_stderr, name, args, fragment):
     setup(tmp_path)
     monkeypatch.chdir(tmp_path)
     before = snapshot(tmp_path)

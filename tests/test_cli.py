@@ -219,6 +219,19 @@ def test_short_help_on_every_command(name):
     assert short.output == long.output
 
 
+@pytest.mark.parametrize("command, usage", [
+    ("average-checkpoints", "average-checkpoints [OPTIONS] INPUTS..."),
+    ("export", "export [OPTIONS] CHECKPOINT"),
+    ("plot", "plot [OPTIONS] RUN"),
+])
+def test_usage_line_names_arguments_without_braces(command, usage):
+    # typer 0.29 writes a required argument as {NAME}, which reads as a set or a template; click and the README
+    # write NAME
+    result = run(command, "--help")
+    assert result.exit_code == 0, result.output
+    assert usage in " ".join(result.output.split()) and "{" not in result.output, result.output
+
+
 @pytest.mark.parametrize("flag", ["-V", "--version"])
 def test_short_and_long_version(flag):
     result = run(flag)

@@ -217,8 +217,6 @@ def config_hash(config: DataConfig) -> str:
 
 def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict[str, Any]:
     corpus = sources.open_corpus(config, progress)
-    # said once the inputs are checked (exist, readable, aligned): a bad input is one error line, not two
-    log.info(announce)
     sample = ReservoirSample(config.spm_sample_sentences, SAMPLE_SEED)
 
     def add_to_sample(src: str, tgt: str) -> None:
@@ -241,6 +239,9 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
         elif stats.read == 0:
             raise UserError(f"the {name} split of {reader.origin} is empty")
         clean[name] = stats
+    # said once every input has been read (exists, aligned, valid UTF-8, TSV with tabs, not empty): a bad input is
+    # one error line, not two; the reading itself shows its own progress bar
+    log.info(announce)
 
     log.info("training SentencePiece (%s, %d pieces) on %d sentences", config.spm_model_type, config.vocab_size,
              len(sample.items))

@@ -427,13 +427,15 @@ def test_output_dir_that_is_a_dangling_link_is_one_error_before_any_work(tmp_pat
     assert not any(p.name.startswith(".prepared.tmp") for p in tmp_path.iterdir())  # nothing was built
 
 
-@pytest.mark.parametrize("problem", ["missing", "mismatched"])
+@pytest.mark.parametrize("problem", ["missing", "mismatched", "invalid UTF-8"])
 def test_a_bad_input_is_one_error_with_no_preparing_line_before_it(tmp_path, caplog, problem):
     """prepare said "preparing DIR (why)" before it found the input missing or misaligned: two lines on stderr for one
-    bad input (three from train). The announcement now comes once the inputs are checked."""
+    bad input (three from train). The announcement now comes once the inputs are read."""
     (tmp_path / "a.en").write_text("a\nb\n", encoding="utf-8")
     if problem == "mismatched":
         (tmp_path / "a.de").write_text("a\n", encoding="utf-8")
+    if problem == "invalid UTF-8":  # found while the text is read, after the files were checked
+        (tmp_path / "a.de").write_bytes(b"a\n\xff\n")
     config = files_config(tmp_path, {"train": SplitFiles(src=str(tmp_path / "a.en"), tgt=str(tmp_path / "a.de"))})
     with caplog.at_level(logging.INFO, logger="rpr_mt"), pytest.raises(UserError):
         prepare(config, progress=False)
