@@ -45,6 +45,7 @@ from rpr_mt.model.kernels.fused import FusedRelativeAttention
 from rpr_mt.model.kernels.gather import relative_attention_gather
 from rpr_mt.model.kernels.geometry import relative_position_index
 from rpr_mt.model.kernels.rotary import rotate
+from rpr_mt.model.kernels.triton_launch import version_tuple
 from rpr_mt.model.masks import PreparedMask, as_4d, mask_bias, revive_dead_rows
 
 __all__ = ["IMPLEMENTATIONS", "choose_impl", "content_attention", "relative_attention"]
@@ -109,18 +110,9 @@ def _triton_ready(device_index: int | None) -> bool:
         from rpr_mt.model.kernels import triton_shaw
     except Exception:  # a broken triton install must not stop training: the torch path computes the same thing
         return False
-    if triton_shaw.triton is None or _version(triton_shaw.triton.__version__) < _TRITON_MIN_VERSION:
+    if triton_shaw.triton is None or version_tuple(triton_shaw.triton.__version__) < _TRITON_MIN_VERSION:
         return False
     return not triton_shaw.interpreting()  # the interpreter runs CPU tensors only (triton_shaw.unavailable_reason)
-
-
-def _version(text: str) -> tuple[int, ...]:
-    """(major, minor) of a version string such as "3.6.0" or "3.2.0+git1234"."""
-    parts = []
-    for piece in text.split(".")[:2]:
-        digits = "".join(ch for ch in piece if ch.isdigit())
-        parts.append(int(digits) if digits else 0)
-    return tuple(parts)
 
 
 def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:

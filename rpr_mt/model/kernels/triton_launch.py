@@ -26,7 +26,7 @@ from typing import Any
 
 import torch
 
-__all__ = ["Launcher", "direct_launch_supported"]
+__all__ = ["Launcher", "direct_launch_supported", "version_tuple"]
 
 _INT32 = (-(2**31), 2**31 - 1)
 
@@ -39,11 +39,16 @@ def direct_launch_supported(triton_module: Any) -> bool:
         return False
     if os.environ.get("TRITON_INTERPRET", "0") not in ("", "0"):
         return False
+    return version_tuple(triton_module.__version__) >= (3, 3)
+
+
+def version_tuple(text: str) -> tuple[int, ...]:
+    """(major, minor) of a version string such as "3.6.0" or "3.2.0+git1234"."""
     parts = []
-    for piece in triton_module.__version__.split(".")[:2]:
+    for piece in text.split(".")[:2]:
         digits = "".join(ch for ch in piece if ch.isdigit())
         parts.append(int(digits) if digits else 0)
-    return tuple(parts) >= (3, 3)
+    return tuple(parts)
 
 
 class Launcher:
@@ -65,6 +70,7 @@ class Launcher:
         self.unspecialized = frozenset(i for i in plain if params[i].do_not_specialize)
         self.unaligned = frozenset(i for i in plain if params[i].do_not_specialize_on_alignment)
         self.compiled: dict[tuple, Any] = {}
+        self.cuda = torch.cuda.is_available()  # fixed for the process: not asked again on every launch
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
         return functools.partial(self.launch, grid)
@@ -74,7 +80,7 @@ class Launcher:
         through ``kernel[grid]`` (a call shape the launcher does not handle, or an integer beyond int32)."""
         if len(args) != self.positional:
             return None
-        facts: list = [torch.cuda.current_device() if torch.cuda.is_available() else None]
+        facts: list = [torch.cuda.current_device() if self.cuda else None]
         for index, arg in enumerate(args):
             kind = type(arg)
             if kind is int:
