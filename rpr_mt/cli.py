@@ -142,7 +142,7 @@ ConfigOption = typer.Option(
 SetOption = typer.Option(
     None, "--set", metavar="SECTION.KEY=VALUE",
     help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
-         "fields of rpr_mt/config.py, each with a one-line comment (README: Configuration).")
+         "fields of rpr_mt/config.py; docs/configuration.md lists each with its default and meaning.")
 ProgressOption = typer.Option(
     None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 

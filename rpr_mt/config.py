@@ -160,11 +160,13 @@ class TrainConfig:
     update_freq: int = 1  # gradient accumulation: batches per update
     max_steps: Optional[int] = 100000  # stop after this many updates
     max_epochs: Optional[int] = None  # stop after this many epochs
-    max_time: Optional[float] = None  # stop after this many seconds of training (wall clock)
+    # stop after this many seconds of wall clock, counted from the start of `rpr-mt train` (data preparation and
+    # validation included) and summed over a resumed run's invocations
+    max_time: Optional[float] = None
     lr_schedule: Literal["noam", "inverse_sqrt", "budget", "cosine"] = "noam"  # learning-rate schedule
     lr_scale: float = 1.0  # noam: lr = lr_scale * d_model^-0.5 * min(step^-0.5, step * warmup^-1.5)
     peak_lr: float = 7e-4  # inverse_sqrt, budget, cosine: the learning rate at the end of warm-up
-    warmup_steps: int = 4000  # warm-up updates (budget: fraction of max_time given by warmup_fraction)
+    warmup_steps: int = 4000  # noam, inverse_sqrt: warm-up updates (budget and cosine use warmup_fraction)
     warmup_fraction: float = 0.1  # budget / cosine: share of max_time / max_steps spent warming up
     final_lr_fraction: float = 0.0  # budget / cosine: lr at the end as a fraction of peak_lr
     adam_betas: tuple[float, float] = (0.9, 0.98)  # Adam beta1, beta2
@@ -174,13 +176,13 @@ class TrainConfig:
     clip_norm: float = 0.0  # gradient-norm clipping; 0 = off
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype; fp16 only on CUDA (with GradScaler)
     device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = cuda when available
-    num_threads: Optional[int] = None  # torch intra-op threads on CPU; None = torch's default
+    num_threads: Optional[int] = None  # torch intra-op threads on CPU; null = torch's default
     log_every: int = 50  # updates between progress lines / metrics records
     save_every: int = 1000  # updates between checkpoints
     keep_last: int = 5  # checkpoints kept besides the best one
     validate_every: int = 1000  # updates between validations (dev loss and, if valid_bleu, dev BLEU)
     valid_bleu: bool = True  # decode the dev set at validation and report sacreBLEU
-    valid_max_sentences: Optional[int] = 500  # decode only the first N dev sentences (None = all)
+    valid_max_sentences: Optional[int] = 500  # decode only the first N dev sentences (null = all)
     valid_beam_size: int = 1  # beam for validation BLEU (1 = greedy: fast; final scores use decode.beam_size)
     # stop after this many validations without a better dev BLEU (or the same BLEU at a lower dev NLL; the dev NLL
     # alone when valid_bleu is off)
@@ -197,7 +199,7 @@ class DecodeConfig:
     beam_size: int = 4  # 1 = greedy
     length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6)^alpha
     max_len_a: float = 1.5  # maximum output length = a * source length + b
-    max_len_b: int = 10
+    max_len_b: int = 10  # (b of max_len_a's formula, in tokens)
     # eos is not allowed before this many output tokens (fairseq's and CTranslate2's default 1): 0 lets beam search
     # return an empty translation, which it finds for a few percent of sources with some small models
     min_length: int = 1

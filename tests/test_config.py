@@ -1,5 +1,6 @@
 """Config loading: typed sections, presets, overrides, and one-line errors for bad keys and values."""
 
+import re
 from pathlib import Path
 
 import pytest
@@ -274,3 +275,54 @@ def test_every_scheme_reads_only_its_settings():
             other_shapes, other_out = outputs(dataclasses.replace(base, **{key: value}))
             same = other_shapes == shapes and torch.equal(other_out, out)
             assert same == (key in unused_model_settings(positions)), (positions, key)
+
+
+# docs/configuration.md: "### `section`" headings, then "| `key` | `default` | meaning |" rows.
+_DOC_HEADING = re.compile(r"^### `([a-z0-9_.A-Z]+)`$")
+_DOC_ROW = re.compile(r"^\| `([a-z0-9_]+)` \| `([^`]*)` \|")
+
+
+def _documented_keys() -> dict[str, dict[str, str]]:
+    """section heading -> {key: default as written} of docs/configuration.md."""
+    doc = Path(__file__).resolve().parents[1] / "docs" / "configuration.md"
+    tables: dict[str, dict[str, str]] = {}
+    section = None
+    for line in doc.read_text(encoding="utf-8").splitlines():
+        if heading := _DOC_HEADING.match(line):
+            section = tables.setdefault(heading.group(1), {})
+        elif (row := _DOC_ROW.match(line)) and section is not None:
+            section[row.group(1)] = row.group(2)
+    return tables
+
+
+def test_configuration_doc_lists_every_key_with_its_default():
+    """The reference page users read for a key is complete and its defaults are the code's: a field added to or
+    renamed in rpr_mt/config.py, or a default changed, must change the page too."""
+    import dataclasses
+
+    import yaml
+
+    from rpr_mt.config import SplitFiles
+
+    tables = _documented_keys()
+    sections = config_to_dict(Config())  # the defaults, nested sections as dicts, tuples as lists
+    sections["data.splits.NAME"] = {f.name: f.default for f in dataclasses.fields(SplitFiles)}
+    for nested in ("t5", "xl", "rope"):
+        sections[f"model.{nested}"] = sections["model"][nested]
+    assert set(tables) == set(sections)
+    for name, defaults in sections.items():
+        assert list(tables[name]) == list(defaults), name  # every key, in the dataclass's order
+        for key, value in defaults.items():
+            written = tables[name][key]
+            if isinstance(value, dict) and name == "model":
+                assert written == "(section)", f"{name}.{key}"
+            else:
+                assert yaml.safe_load(written) == value, f"{name}.{key}: the page says {written}, the code {value!r}"
+
+
+def test_configuration_doc_names_the_keys_a_resume_may_change():
+    from rpr_mt.train.run_dir import RESUMABLE_TRAIN_KEYS
+
+    doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
+    paragraph = doc[doc.index("Resuming a run"):doc.index("the model settings the position scheme ignores")]
+    assert set(re.findall(r"`([a-z_]+)`", paragraph)) - {"train", "decode"} == RESUMABLE_TRAIN_KEYS
