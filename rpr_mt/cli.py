@@ -227,9 +227,12 @@ def translate(
                                    "their translations joined); '-' = stdin."),
     output: str = typer.Option("-", "--output", "-o", help="Output file ('-' = stdout)."),
     beam_size: Optional[int] = typer.Option(None, "--beam-size", help="Beam size (1 = greedy); default from config."),
-    length_penalty: Optional[float] = typer.Option(None, "--length-penalty", help="GNMT alpha."),
-    nbest: Optional[int] = typer.Option(None, "--nbest", help="Print the N best as index<TAB>score<TAB>text."),
-    max_tokens: Optional[int] = typer.Option(None, "--max-tokens", help="Source tokens per batch."),
+    length_penalty: Optional[float] = typer.Option(
+        None, "--length-penalty", help="GNMT alpha; default from config (decode.length_penalty)."),
+    nbest: Optional[int] = typer.Option(
+        None, "--nbest", help="Print the N best (N <= beam size) as index<TAB>score<TAB>text; default from config: 1."),
+    max_tokens: Optional[int] = typer.Option(
+        None, "--max-tokens", help="Source tokens per batch; default from config (decode.max_tokens)."),
     min_length: Optional[int] = typer.Option(
         None, "--min-length", help="No eos before this many output tokens (default from config: 1; 0 allows an "
         "empty translation)."),
@@ -308,9 +311,10 @@ def _tokenized_as_multi30k(lines: Iterable[str], lang: str, window: int, counts:
 @app.command("eval-bleu", cls=_Command)
 @user_errors
 def eval_bleu(
-    hyp: Optional[Path] = typer.Option(None, "--hyp", help="Hypothesis file (detokenized)."),
+    hyp: Optional[Path] = typer.Option(None, "--hyp", help="Hypothesis file (detokenized, unless --pretokenized)."),
     ref: Optional[Path] = typer.Option(
-        None, "--ref", help="Reference file (detokenized); a name like test.de or test.de.gz gives the language."),
+        None, "--ref", help="Reference file (detokenized, unless --pretokenized); a name like test.de or test.de.gz "
+        "gives the language. With --checkpoint: default, the split's prepared reference."),
     lang: Optional[str] = typer.Option(
         None, "--lang",
         help="Target language for tokenized BLEU (default: the --ref file's suffix, or the checkpoint's data)."),
@@ -321,7 +325,9 @@ def eval_bleu(
         None, "--beam-size", help="With --checkpoint: beam size (1 = greedy); default from the model's config."),
     length_penalty: Optional[float] = typer.Option(
         None, "--length-penalty", help="With --checkpoint: GNMT alpha; default from the model's config."),
-    min_length: Optional[int] = typer.Option(None, "--min-length", help="No eos before this many output tokens."),
+    min_length: Optional[int] = typer.Option(
+        None, "--min-length", help="With --checkpoint: no eos before this many output tokens; default from the model's "
+        "config (1; 0 allows an empty translation)."),
     save_hyp: Optional[Path] = typer.Option(None, "--save-hyp", help="With --checkpoint: write the translations here."),
     pretokenized: bool = typer.Option(
         False, "--pretokenized",
@@ -409,7 +415,10 @@ def eval_bleu(
 def average_checkpoints_command(
     inputs: List[Path] = typer.Argument(..., metavar="INPUTS", help="A run directory, or checkpoint files to average."),
     last: int = typer.Option(20, "--last", help="With a run directory: average its last N numbered checkpoints."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="Default: RUN/checkpoints/checkpoint_avg.pt."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o",
+        help="The averaged checkpoint; with a run directory, default RUN/checkpoints/checkpoint_avg.pt (required with "
+        "checkpoint files)."),
     force: bool = typer.Option(False, "--force", help="Replace an existing --output checkpoint (no other file)."),
 ) -> None:
     """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""

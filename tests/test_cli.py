@@ -242,6 +242,7 @@ def test_train_help_says_config_is_optional_and_where_set_keys_are():
     text = " ".join(run("train", "--help").output.replace("│", " ").split())
     assert "Optional: without it every setting has its default" in text
     assert "rpr_mt/config.py" in text
+    assert "docs/configuration.md" in text and (Path(__file__).parents[1] / "docs" / "configuration.md").is_file()
 
 
 @pytest.mark.parametrize("command", [[], ["train"], ["prepare"], ["eval-bleu"], ["average-checkpoints"]])
