@@ -1,6 +1,6 @@
 """Run Shaw et al. (2018) Tables 1-3 as a sweep over one base config (see rpr_mt/experiments/sweep.py).
 
-    # Table 2 (k) and Table 3 (aK/aV cells), two seeds, sequentially; re-run the same command to resume
+    # Tables 1-3 (positions, k, aK/aV cells; the default), two seeds, sequentially; re-run the same command to resume
     python scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de \\
         --tables positions clip key_value --seeds 1 2
     # one command per run, for a cluster (each job runs one run directory)
@@ -23,7 +23,8 @@ from rpr_mt.experiments.sweep import (PAPER_TABLES, TABLE_NAMES, check_plan, is_
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("config", help="base config (its own model is the relative row of every table)")
+    parser.add_argument("config", help="base config; its own model is the run of each cell it equals (a relative "
+                        "base: the relative row of every table; an absolute one: Table 1's absolute row)")
     parser.add_argument("--root", required=True, help="sweep directory: one sub-directory per run")
     # repeatable, like --set and --only (the last one alone counted before: a sweep ran less than it was asked)
     parser.add_argument("--tables", nargs="+", action="extend", choices=TABLE_NAMES,
