@@ -17,11 +17,9 @@ import typing
 from pathlib import Path, PurePath
 from typing import Callable, Iterable, List, Optional, TypeVar
 
-# OpenMP threads that wait for a sibling spin by default; when another process holds a core, the spinning thread burns
-# the core its sibling needs. Sleeping at once (PASSIVE) cost nothing measurable on a quiet 2-core machine and made
-# training 1.6x (beside a busy loop) to 4x (beside another training) faster (docs/benchmarks.md, "CPU threads").
-# libgomp reads this once, when torch loads it, so it is set before any command imports torch; a user's own value wins.
-os.environ.setdefault("OMP_WAIT_POLICY", "PASSIVE")
+from rpr_mt.host import sleep_waiting_openmp_threads
+
+sleep_waiting_openmp_threads()  # before any command imports torch (rpr_mt/host.py says why); a user's own value wins
 
 import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402

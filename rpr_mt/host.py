@@ -1,4 +1,10 @@
-"""Process-level settings for fast CPU work (no model code here).
+"""Process-level settings for fast CPU work (no model code here; nothing here imports torch).
+
+OpenMP threads that wait for a sibling spin by default; when another process holds a core, the spinning thread burns
+the core its sibling needs. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) cost nothing measurable on a quiet 2-core
+machine and made training 1.6x (beside a busy loop) to 4x (beside another training) faster (docs/benchmarks.md, "CPU
+threads"). libgomp reads the variable once, when torch loads it, so ``sleep_waiting_openmp_threads`` must run before
+the first ``import torch``: the ``rpr-mt`` command and the scripts that train call it first.
 
 glibc's malloc serves every block above 32 MiB (and, by its default heuristics, many smaller ones) with a fresh
 ``mmap`` and returns it to the kernel on ``free``. A training step allocates and frees the same large tensors every
@@ -15,7 +21,9 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import os
 import sys
+import warnings
 
 # mallopt(3) parameter numbers from glibc's malloc.h.
 _M_TRIM_THRESHOLD = -1
@@ -44,3 +52,16 @@ def keep_freed_memory() -> bool:
     # mallopt returns 1 on success. Trim threshold: the largest int, i.e. never give the heap top back.
     _done = bool(mallopt(_M_MMAP_MAX, 0)) and bool(mallopt(_M_TRIM_THRESHOLD, 2**31 - 1))
     return _done
+
+
+def sleep_waiting_openmp_threads() -> None:
+    """Set ``OMP_WAIT_POLICY=PASSIVE`` unless the environment already chooses a policy (see the module docstring).
+
+    Warns if torch is already loaded and the variable was not set before it: the setting would then have no effect.
+    """
+    if "OMP_WAIT_POLICY" in os.environ:
+        return
+    if "torch" in sys.modules:
+        warnings.warn("OMP_WAIT_POLICY set after torch was imported: libgomp has already read it, so it has no effect",
+                      RuntimeWarning, stacklevel=2)
+    os.environ["OMP_WAIT_POLICY"] = "PASSIVE"

@@ -19,16 +19,20 @@ import sys
 import time
 from pathlib import Path
 
-import sacrebleu
-import torch
+from rpr_mt.host import sleep_waiting_openmp_threads
 
-from rpr_mt.config import load_config
-from rpr_mt.data.prepare import prepare, reference_files
-from rpr_mt.decode.translate import read_lines, translate_lines
-from rpr_mt.errors import UserError
-from rpr_mt.evaluate import score
-from rpr_mt.checkpoints import load_for_inference
-from rpr_mt.train.trainer import train
+sleep_waiting_openmp_threads()  # before torch loads: the runs train in this process (rpr_mt/host.py)
+
+import sacrebleu  # noqa: E402
+import torch  # noqa: E402
+
+from rpr_mt.config import load_config  # noqa: E402
+from rpr_mt.data.prepare import prepare, reference_files  # noqa: E402
+from rpr_mt.decode.translate import read_lines, translate_lines  # noqa: E402
+from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.evaluate import score  # noqa: E402
+from rpr_mt.checkpoints import load_for_inference  # noqa: E402
+from rpr_mt.train.trainer import train  # noqa: E402
 
 
 def _decode(model, vocab, sources: list[str], decode) -> tuple[list[str], float]:

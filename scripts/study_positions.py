@@ -22,8 +22,12 @@ import json
 import sys
 from pathlib import Path
 
-from rpr_mt.errors import UserError
-from rpr_mt.experiments.study import BASELINE
+from rpr_mt.host import sleep_waiting_openmp_threads
+
+sleep_waiting_openmp_threads()  # before torch loads: the runs train in this process (rpr_mt/host.py)
+
+from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.experiments.study import BASELINE  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -16,9 +16,13 @@ import os
 import shlex
 import sys
 
-from rpr_mt.errors import UserError
-from rpr_mt.experiments.sweep import (PAPER_TABLES, TABLE_NAMES, check_plan, is_finished, plan_runs, read_plan,
-                                      run_config, run_sweep)
+from rpr_mt.host import sleep_waiting_openmp_threads
+
+sleep_waiting_openmp_threads()  # before torch loads: the runs train in this process (rpr_mt/host.py)
+
+from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.experiments.sweep import (  # noqa: E402
+    PAPER_TABLES, TABLE_NAMES, check_plan, is_finished, plan_runs, read_plan, run_config, run_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
