@@ -464,7 +464,22 @@ def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
             raise UserError(f"{origin}: model.preset must be one of {sorted(PRESETS)} (got {preset!r})")
         raw["model"] = {**PRESETS[preset], **model_raw}
     config = _build(Config, raw, prefix="", origin=origin)
+    expand_home(config)
     return config.validate()
+
+
+def expand_home(config: Config) -> None:
+    """``~`` and ``~user`` at the start of a path setting are a home directory, as a shell reads them (a ``--set``
+    value after ``=`` and a YAML value never reach one): kept as written, ``train.run_dir: ~/runs/x`` made a
+    directory named ``~`` in the current one, and ``rm -rf ~`` is what a user then types to remove it."""
+    d, t = config.data, config.train
+    d.output_dir = os.path.expanduser(d.output_dir)
+    d.multi30k_dir = d.multi30k_dir and os.path.expanduser(d.multi30k_dir)
+    for split in d.splits.values():
+        for key in ("src", "tgt", "tsv"):
+            setattr(split, key, getattr(split, key) and os.path.expanduser(getattr(split, key)))
+    t.run_dir = os.path.expanduser(t.run_dir)
+    t.init_from = t.init_from and os.path.expanduser(t.init_from)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:
