@@ -395,8 +395,9 @@ def _require(condition: bool, message: str) -> None:
         raise UserError(message)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate."""
+def load_config(path: str | Path | None, overrides: list[str] | None = None, warn: bool = True) -> Config:
+    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate. ``warn=False``:
+    no warning about settings the position scheme ignores (a run's saved config, which the user did not write)."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -431,7 +432,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         # The scheme was switched by an override (as a sweep's cells do): the file's settings are evidently for the
         # file's own scheme, and a warning about them is one the user cannot act on. Overrides are still checked.
         given = {key: source for key, source in given.items() if source.startswith("--set")}
-    warn_unused_settings(config.model, given)
+    if warn:
+        warn_unused_settings(config.model, given)
     return config
 
 
