@@ -1,7 +1,7 @@
 """The `rpr-mt` command line: thin commands that parse options and call importable functions.
 
 Every command turns a ``UserError`` into one line on stderr and exit code 2 (no traceback), and Ctrl-C into
-exit code 130.
+exit code 130 (``translate``'s SIGTERM and SIGHUP: 128 + the signal's number, as a shell reports them).
 """
 
 from __future__ import annotations
@@ -155,9 +155,10 @@ def user_errors(fn: F) -> F:
         except UserError as exc:
             typer.echo(f"error: {exc}", err=True)
             raise typer.Exit(exc.exit_code) from None
-        except KeyboardInterrupt:
-            typer.echo("interrupted", err=True)
-            raise typer.Exit(130) from None
+        except KeyboardInterrupt as exc:
+            signum = getattr(exc, "signum", None)  # rpr_mt.train.signals.Terminated: SIGTERM or SIGHUP
+            typer.echo("interrupted" if signum is None else f"stopped by {exc}", err=True)
+            raise typer.Exit(130 if signum is None else 128 + signum) from None
         except BrokenPipeError:  # `rpr-mt translate ... | head` is not an error
             sys.stderr.close()
             raise typer.Exit(0) from None
@@ -284,7 +285,10 @@ def translate(
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
                                 tgt_lang=cfg.data.tgt_lang, total=total)
-    _write_lines(output, outputs)
+    from rpr_mt.train.signals import interrupt_on_stop_signals
+
+    with interrupt_on_stop_signals():  # `timeout`, a scheduler, a closed terminal: FILE.partial kept, as on Ctrl-C
+        _write_lines(output, outputs)
     if raw[0]:  # counted as the windows went by, so said at the end
         _stderr(f"note: {raw[0]} of {raw[1]} input lines looked like raw text; this model was trained on "
                 "Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "

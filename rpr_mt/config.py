@@ -397,8 +397,9 @@ def _require(condition: bool, message: str) -> None:
         raise UserError(message)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None) -> Config:
-    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate."""
+def load_config(path: str | Path | None, overrides: list[str] | None = None, warn: bool = True) -> Config:
+    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate. ``warn=False``:
+    no warning about settings the position scheme ignores (a run's saved config, which the user did not write)."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -433,7 +434,8 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None) -> 
         # The scheme was switched by an override (as a sweep's cells do): the file's settings are evidently for the
         # file's own scheme, and a warning about them is one the user cannot act on. Overrides are still checked.
         given = {key: source for key, source in given.items() if source.startswith("--set")}
-    warn_unused_settings(config.model, given)
+    if warn:
+        warn_unused_settings(config.model, given)
     return config
 
 
@@ -466,7 +468,22 @@ def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
             raise UserError(f"{origin}: model.preset must be one of {sorted(PRESETS)} (got {preset!r})")
         raw["model"] = {**PRESETS[preset], **model_raw}
     config = _build(Config, raw, prefix="", origin=origin)
+    expand_home(config)
     return config.validate()
+
+
+def expand_home(config: Config) -> None:
+    """``~`` and ``~user`` at the start of a path setting are a home directory, as a shell reads them (a ``--set``
+    value after ``=`` and a YAML value never reach one): kept as written, ``train.run_dir: ~/runs/x`` made a
+    directory named ``~`` in the current one, and ``rm -rf ~`` is what a user then types to remove it."""
+    d, t = config.data, config.train
+    d.output_dir = os.path.expanduser(d.output_dir)
+    d.multi30k_dir = d.multi30k_dir and os.path.expanduser(d.multi30k_dir)
+    for split in d.splits.values():
+        for key in ("src", "tgt", "tsv"):
+            setattr(split, key, getattr(split, key) and os.path.expanduser(getattr(split, key)))
+    t.run_dir = os.path.expanduser(t.run_dir)
+    t.init_from = t.init_from and os.path.expanduser(t.init_from)
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

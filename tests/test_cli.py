@@ -451,6 +451,43 @@ def test_an_interrupted_translation_keeps_its_finished_lines_in_a_partial_file(t
                           "--buffer-lines must be >= 1")
 
 
+@pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
+def test_a_translation_stopped_by_sigterm_or_sighup_keeps_its_finished_lines(tmp_path, signame):
+    """`timeout`, a batch scheduler's time limit (SIGTERM) or a closed terminal (SIGHUP) stop translate as Ctrl-C
+    does: the finished lines in OUTPUT.partial, an existing OUTPUT as it was, no temporary left, exit 128 + signal.
+    Their default ended the process at once, losing the lines and leaving the hidden temporary behind. In a child
+    process: without the handling, the signal would end the test run itself."""
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    src = tmp_path / "in.en"
+    src.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    out = tmp_path / "out.de"
+    out.write_text("an earlier translation\n", encoding="utf-8")
+    script = f"""
+import os, signal, sys
+from rpr_mt.decode import translate
+from rpr_mt.cli import app
+
+def stopped(*args, **kwargs):
+    yield "eins"
+    yield "zwei"
+    os.kill(os.getpid(), signal.{signame})
+    yield "drei"
+
+translate.iter_translations = stopped
+sys.argv = ["rpr-mt", "translate", "--checkpoint", {str(fixture)!r}, "-i", {str(src)!r}, "-o", {str(out)!r}]
+app()
+"""
+    import signal
+
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 128 + getattr(signal, signame), (result.returncode, result.stderr)
+    assert "the 2 output lines written so far are in" in result.stderr and "Traceback" not in result.stderr
+    assert (tmp_path / "out.de.partial").read_text(encoding="utf-8") == "eins\nzwei\n"
+    assert out.read_text(encoding="utf-8") == "an earlier translation\n"
+    assert not list(tmp_path.glob(".*.tmp"))
+
+
 # -- outputs that are not regular files: a symlink is followed, a FIFO or device is written through -----------------
 
 

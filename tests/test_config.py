@@ -107,6 +107,23 @@ def test_round_trip_through_yaml(tmp_path):
     assert isinstance(again, Config) and again.data.splits["train"].tsv == "x.tsv"
 
 
+def test_a_home_directory_in_a_path_setting_is_expanded(tmp_path, monkeypatch):
+    """`~/...` in a path setting is the home directory, from the file and from --set alike: kept as written, it made
+    a directory named `~` inside the current one."""
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    config = tmp_path / "c.yaml"
+    config.write_text("data:\n  source: files\n  output_dir: ~/data\n  splits:\n    train: {src: ~/t.en, tgt: ~/t.de}\n"
+                      "    dev: {tsv: ~/dev.tsv}\n", encoding="utf-8")
+    cfg = load_config(config, ["train.run_dir=~/runs/x", "train.init_from=~/runs/old", "data.multi30k_dir=~/m30k"])
+    home = str(tmp_path / "home")
+    assert cfg.data.output_dir == f"{home}/data" and cfg.data.multi30k_dir == f"{home}/m30k"
+    assert (cfg.data.splits["train"].src, cfg.data.splits["train"].tgt) == (f"{home}/t.en", f"{home}/t.de")
+    assert cfg.data.splits["dev"].tsv == f"{home}/dev.tsv" and cfg.data.splits["dev"].src is None
+    assert cfg.train.run_dir == f"{home}/runs/x" and cfg.train.init_from == f"{home}/runs/old"
+    assert load_config(None).train.init_from is None  # unset stays unset
+    assert load_config(None, ["train.run_dir=runs/a~b"]).train.run_dir == "runs/a~b"  # only a leading ~
+
+
 def test_the_demo_job_trains_a_fixed_number_of_updates():
     # Its BLEU must not depend on how loaded the machine is: a step count and a step-based schedule, no clock.
     cfg = load_config(Path(__file__).resolve().parents[1] / "configs" / "demo.yaml")

@@ -28,7 +28,9 @@ def _run_data_dir(run_dir: Path) -> Path:
         raise UserError(f"{config_path} not found: pass --data-dir to say where the prepared data is")
     from rpr_mt.checkpoints import prepared_data_of
 
-    data_dir = prepared_data_of(load_config(config_path).data.output_dir, config_path)  # from any directory
+    # a sweep's run config holds the base config's settings for every cell (an absolute cell's model.clip): not
+    # the user's to act on, so no warning about them
+    data_dir = prepared_data_of(load_config(config_path, warn=False).data.output_dir, config_path)  # from anywhere
     if not data_dir.is_dir():
         raise UserError(f"data directory {data_dir} (from {config_path}) not found: run from the directory the "
                         "sweep ran in, or pass --data-dir")

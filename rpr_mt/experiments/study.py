@@ -321,7 +321,8 @@ def plot_study(sweep: Any, out_path: str | Path, split: str = "test") -> Path:
 def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (1, 4),
                      data_dir: str | Path | None = None, baseline: str = BASELINE) -> str:
     """Markdown: each scheme minus the ``baseline`` scheme of the same seed, per set, with the paired bootstrap
-    p-value.
+    p-value; without a finished baseline run, a line that says so (a study still training is reported as far as it
+    goes, the sections after this one too, as aggregate.py does).
 
     The references come from ``data_dir``, by default the prepared data named by the baseline run's config."""
     from rpr_mt.data.prepare import reference_files
@@ -335,7 +336,7 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
         raise UserError(f"--baseline {baseline!r} is not a scheme of this study (one of: {', '.join(labels)})")
     base = {sweep.entries[r]["seed"]: r for r in dict(rows)[baseline]}
     if not base:
-        raise UserError(f"no finished '{baseline}' run to compare with")
+        return f"No paired bootstrap: no '{baseline}' run has finished yet to compare with.\n"
     if data_dir is None:
         data_dir = _run_data_dir(sweep.root / next(iter(base.values())))
     src_path, ref_path = reference_files(data_dir, split)
@@ -386,7 +387,7 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
         raise UserError(f"no finished run under {sweep.root}")
     first = sweep.root / rows[0][1][0]
     data_dir = Path(data_dir) if data_dir is not None else _run_data_dir(first)
-    config = load_config(first / "config.yaml")
+    config = load_config(first / "config.yaml", warn=False)  # a run's saved config: see _run_data_dir
     cap = config.data.max_train_tokens
     vocab = Vocab.load(data_dir)
     _, ref_path = reference_files(data_dir, split)

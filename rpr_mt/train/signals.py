@@ -1,13 +1,15 @@
 """Ctrl-C, SIGTERM and SIGHUP during training: the first asks for a checkpoint and a stop, a second stops at once.
+Elsewhere (``translate -o FILE``), SIGTERM and SIGHUP unwind as Ctrl-C does, so that what was finished is kept.
 
 SIGHUP is what a closed terminal or ssh session sends a run started without nohup; its default would end the run
 between checkpoints. A signal that the process ignores (nohup ignores SIGHUP) stays ignored."""
 
 from __future__ import annotations
 
+import contextlib
 import signal
 import threading
-from typing import Any
+from typing import Any, Iterator
 
 
 # SIGHUP does not exist on Windows
@@ -36,4 +38,32 @@ class StopSignal:
 
     def __exit__(self, *exc: Any) -> None:
         for sig, handler in self.previous.items():
+            signal.signal(sig, handler)
+
+
+class Terminated(KeyboardInterrupt):
+    """SIGTERM or SIGHUP raised as an interrupt by ``interrupt_on_stop_signals``; ``signum``: which one."""
+
+    def __init__(self, signum: int) -> None:
+        super().__init__(signal.Signals(signum).name)
+        self.signum = signum
+
+
+@contextlib.contextmanager
+def interrupt_on_stop_signals() -> Iterator[None]:
+    """SIGTERM and SIGHUP raise ``Terminated`` (a KeyboardInterrupt) inside the block, as SIGINT raises
+    KeyboardInterrupt: their defaults end the process at once, with no ``finally`` run (`timeout`, a batch
+    scheduler's time limit or a closed terminal lost the finished lines that Ctrl-C keeps)."""
+    def handle(signum: int, frame: Any) -> None:
+        raise Terminated(signum)
+
+    previous: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():  # signal handlers need the main thread
+        for sig in STOP_SIGNALS:
+            if sig != signal.SIGINT and signal.getsignal(sig) is not signal.SIG_IGN:  # nohup's SIGHUP stays ignored
+                previous[sig] = signal.signal(sig, handle)
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
             signal.signal(sig, handler)

@@ -184,6 +184,16 @@ def test_bootstrap_rows_are_the_runs_differences(study_root, tmp_path):
         render_bootstrap(load_sweep(runs_root), data_dir=tmp_path / "nowhere")
 
 
+def test_bootstrap_without_a_finished_baseline_says_so_instead_of_failing(study_root):
+    """A study still training: `--report --bootstrap --lengths` stopped with an error after the tables, and the
+    --lengths section after it was never printed."""
+    from rpr_mt.experiments.study import render_bootstrap
+
+    _, runs_root = study_root
+    text = render_bootstrap(load_sweep(runs_root), baseline="RoPE")  # planned, not trained in this fixture
+    assert text == "No paired bootstrap: no 'RoPE' run has finished yet to compare with.\n"
+
+
 def test_long_set_files(study_root, tmp_path):
     config, _ = study_root
     cfg = load_config(config)
