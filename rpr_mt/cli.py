@@ -240,8 +240,9 @@ def translate(
         "interrupted -o FILE keeps the finished ones in FILE.partial."),
     device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
-    no_split: bool = typer.Option(
-        False, "--no-split", help="Translate each line whole instead of sentence by sentence (decode.split_sentences)."),
+    split_sentences: Optional[bool] = typer.Option(
+        None, "--split-sentences/--no-split",
+        help="Translate sentence by sentence, or each line whole; default from config (decode.split_sentences: true)."),
     no_tokenize: bool = typer.Option(
         False, "--no-tokenize",
         help="Give a model trained on Multi30k's tokenized text (data.multi30k_text: tok) the lines as they are; "
@@ -274,7 +275,7 @@ def translate(
         raise UserError(f"{source}: no lines to translate (empty input)")
     lines = itertools.chain([first], lines)
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
-    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, no_split)
+    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, split_sentences)
     if buffer_lines is not None:
         decode = dataclasses.replace(decode, buffer_lines=buffer_lines)
     from rpr_mt.config import is_pretokenized
@@ -338,8 +339,10 @@ def eval_bleu(
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
-    no_split: bool = typer.Option(
-        False, "--no-split", help="With --checkpoint: translate each line whole, not sentence by sentence."),
+    split_sentences: Optional[bool] = typer.Option(
+        None, "--split-sentences/--no-split",
+        help="With --checkpoint: translate sentence by sentence, or each line whole; default from the model's config "
+        "(decode.split_sentences: true)."),
 ) -> None:
     """sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k
     literature's BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
@@ -376,7 +379,7 @@ def eval_bleu(
         if peeked is None:
             src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
         lang = lang or cfg.data.tgt_lang
-        decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, no_split)
+        decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, split_sentences)
         _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
         hypotheses = list(
             translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
@@ -398,8 +401,9 @@ def eval_bleu(
                             "--hyp is scored as it is")
         if save_hyp is not None:  # nothing is translated, so nothing would be saved
             raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
-        if no_split:  # nothing is translated, so nothing would be split
-            raise UserError("--no-split goes with --checkpoint (it changes how that model translates)")
+        if split_sentences is not None:  # nothing is translated, so nothing would be split
+            flag = "--split-sentences" if split_sentences else "--no-split"
+            raise UserError(f"{flag} goes with --checkpoint (it changes how that model translates)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
         lang = lang or language_from_path(ref)
         if lang is None:
@@ -582,11 +586,11 @@ def _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_leng
                    length_penalty, nbest, max_tokens, min_length)
 
 
-def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None, no_split=False):
+def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None, split_sentences=None):
     import dataclasses
 
     options = dict(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens,
-                   min_length=min_length, split_sentences=False if no_split else None)
+                   min_length=min_length, split_sentences=split_sentences)
     changes = {k: v for k, v in options.items() if v is not None}
     decode = dataclasses.replace(cfg.decode, **changes)
     if decode.beam_size < 1:

@@ -297,14 +297,20 @@ def test_translate_splits_sentences_unless_no_split(tmp_path, monkeypatch):
     real = translate.iter_translations
     monkeypatch.setattr(translate, "iter_translations",
                         lambda *a, **k: seen.append((k["decode"].split_sentences, k["src_lang"])) or real(*a, **k))
-    for extra in ([], ["--no-split"]):
-        out = tmp_path / f"out{len(extra)}.txt"
-        result = run("translate", "--checkpoint", str(fixture), "-i", str(src), "-o", str(out), "--device", "cpu",
+    # a model whose config turns splitting off: --split-sentences turns it back on
+    payload = ckpt.load_checkpoint(fixture)
+    payload["config"]["decode"]["split_sentences"] = False
+    unsplit = tmp_path / "unsplit.pt"
+    ckpt.save_checkpoint(payload, unsplit)
+    cases = [(fixture, []), (fixture, ["--no-split"]), (unsplit, []), (unsplit, ["--split-sentences"])]
+    for i, (checkpoint, extra) in enumerate(cases):
+        out = tmp_path / f"out{i}.txt"
+        result = run("translate", "--checkpoint", str(checkpoint), "-i", str(src), "-o", str(out), "--device", "cpu",
                      *extra)
         assert result.exit_code == 0, result.output
         assert len(out.read_text(encoding="utf-8").split("\n")) == 4  # 3 lines and the final newline
-    cfg_src = ckpt.load_checkpoint(fixture)["config"]["data"]["src_lang"]
-    assert seen == [(True, cfg_src), (False, cfg_src)]
+    cfg_src = payload["config"]["data"]["src_lang"]
+    assert seen == [(True, cfg_src), (False, cfg_src), (False, cfg_src), (True, cfg_src)]
 
 
 def test_the_cli_shows_rpr_mt_info_lines_and_no_other_library_s(tmp_path):
