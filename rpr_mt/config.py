@@ -436,7 +436,25 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, war
         given = {key: source for key, source in given.items() if source.startswith("--set")}
     if warn:
         warn_unused_settings(config.model, given)
+        warn_overridden_preset(config.model, given)
     return config
+
+
+def warn_overridden_preset(model: ModelConfig, given: dict[str, str]) -> None:
+    """A preset chosen by ``--set`` under a config file that sets some of the preset's keys: the file's values win
+    (keys given next to a preset override it), so ``--set model.preset=big`` on configs/demo.yaml kept the demo's
+    d_model, heads, layers and feed-forward size without a word. One warning names the keys the file kept."""
+    source = given.get("preset", "")
+    if not source.startswith("--set") or model.preset not in PRESETS:
+        return
+    kept = [key for key in PRESETS[model.preset] if key in given and not given[key].startswith("--set")]
+    if kept:
+        where = given[kept[0]]
+        message = (f"warning: {source}: {where} sets {', '.join('model.' + k for k in kept)}, which override the "
+                   f"preset's values (--set them too, or use a config without them)")
+        if message not in _warned:
+            _warned.add(message)
+            log.warning(message)
 
 
 _warned: set[str] = set()  # a sweep loads its config once per cell and run: each warning is said once a process

@@ -343,3 +343,29 @@ def test_configuration_doc_names_the_keys_a_resume_may_change():
     doc = (Path(__file__).resolve().parents[1] / "docs" / "configuration.md").read_text(encoding="utf-8")
     paragraph = doc[doc.index("Resuming a run"):doc.index("the model settings the position scheme ignores")]
     assert set(re.findall(r"`([a-z_]+)`", paragraph)) - {"train", "decode"} == RESUMABLE_TRAIN_KEYS
+
+
+def test_a_preset_set_over_a_file_that_sets_its_keys_says_which_the_file_kept(tmp_path, caplog, monkeypatch):
+    """`--set model.preset=big` on a config that sets d_model and friends kept the file's values silently (the file's
+    keys override a preset): a warning names them. A preset written in the file beside its own overrides (the wmt14
+    big configs' way) and a preset over a file that sets none of its keys say nothing."""
+    import logging
+
+    from rpr_mt import config as config_module
+
+    monkeypatch.setattr(config_module, "_warned", set())
+    path = write(tmp_path, "model:\n  d_model: 128\n  n_heads: 4\n  max_positions: 256\n")
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        cfg = load_config(path, ["model.preset=big"])
+    assert (cfg.model.d_model, cfg.model.n_heads, cfg.model.ff_dim) == (128, 4, 4096)
+    assert [r.getMessage() for r in caplog.records] == [
+        f"warning: --set model.preset=big: {path} sets model.d_model, model.n_heads, which override the preset's "
+        "values (--set them too, or use a config without them)"]
+    caplog.clear()
+    quiet = tmp_path / "quiet.yaml"
+    quiet.write_text("model:\n  max_positions: 256\n", encoding="utf-8")
+    with caplog.at_level(logging.WARNING, logger="rpr_mt"):
+        load_config(path, ["model.preset=big", "model.d_model=1024", "model.n_heads=16"])  # all set again
+        load_config(quiet, ["model.preset=big"])
+        load_config(Path(__file__).resolve().parents[1] / "configs" / "wmt14_en_de_big_rel.yaml")
+    assert caplog.records == []
