@@ -218,6 +218,9 @@ def _train(
         # Not an error: max_steps, max_epochs or max_time (one is required) still end the run.
         log(f"warning: train.patience is {t.patience} but {data_dir} has no dev split: nothing is validated, so "
             "patience cannot stop the run")
+    elif dev_data is None:  # (a data.demo_sizes or data.splits without dev): say so before the run, not after it
+        log(f"note: {data_dir} has no dev split: nothing is validated (no dev loss or BLEU, no checkpoint_best.pt; "
+            "translate and eval-bleu then take the last checkpoint)")
 
     model = initial_model(cfg, vocab).to(device)
     n_params = count_parameters(model)

@@ -366,9 +366,14 @@ def test_patience_without_a_dev_split_is_named_at_the_start(tmp_path, demo_data)
     assert result.stopped_by == "max_steps"
     assert (f"warning: train.patience is 3 but {tmp_path / 'data'} has no dev split: nothing is validated, so "
             "patience cannot stop the run") in err
+    assert "note:" not in err  # the warning says it already
+    _, err = run(tiny(tmp_path / "data", tmp_path / "run2", data={"demo_sizes": {"train": 400}},
+                      train={"max_steps": 2}), progress=False)
+    assert (f"note: {tmp_path / 'data'} has no dev split: nothing is validated (no dev loss or BLEU, no "
+            "checkpoint_best.pt; translate and eval-bleu then take the last checkpoint)") in err
     _, err = run(tiny(demo_data, tmp_path / "with_dev", train={"max_steps": 2, "patience": 3, "valid_bleu": False}),
                  progress=False)
-    assert "train.patience" not in err
+    assert "train.patience" not in err and "no dev split" not in err
 
 
 # -- the slowdown warning ----------------------------------------------------------------------------------------------
