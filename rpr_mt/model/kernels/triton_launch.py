@@ -14,13 +14,17 @@ its 16-byte alignment; each integer's "== 1" and "divisible by 16" (Triton's spe
 through ``kernel[grid]`` (which compiles, or finds the variant in Triton's cache) and keeps what it returns; later
 calls launch it directly. The calling convention is Triton >= 3.3's (constexprs among the launch arguments); an
 older Triton, the interpreter, an integer beyond int32 or a call shape other than "non-constexpr arguments by
-position, constexprs and options by name" all take ``kernel[grid]`` every time.
+position, constexprs and options by name" all take ``kernel[grid]`` every time, and so does every launch after a
+compiled kernel refused its first direct launch with a TypeError (a newer Triton whose compiled kernels take their
+arguments otherwise: that launch goes through ``kernel[grid]`` too, with a warning, instead of stopping a training
+run).
 """
 
 from __future__ import annotations
 
 import functools
 import os
+import warnings
 from collections.abc import Callable
 from typing import Any
 
@@ -70,6 +74,7 @@ class Launcher:
         self.unspecialized = frozenset(i for i in plain if params[i].do_not_specialize)
         self.unaligned = frozenset(i for i in plain if params[i].do_not_specialize_on_alignment)
         self.compiled: dict[tuple, Any] = {}
+        self.proven = False  # a direct launch has gone through: this Triton takes the arguments as passed
         self.cuda = torch.cuda.is_available()  # fixed for the process: not asked again on every launch
 
     def __getitem__(self, grid: tuple[int, ...]) -> Callable[..., None]:
@@ -106,4 +111,15 @@ class Launcher:
                 self.compiled[key] = compiled
             return
         grid3 = tuple(grid) + (1,) * (3 - len(grid))
-        compiled[grid3](*args, *(kwargs[name] for name in self.constexprs))
+        try:
+            compiled[grid3](*args, *(kwargs[name] for name in self.constexprs))
+        except TypeError as error:  # raised while the arguments are parsed, before anything is launched
+            if self.proven:  # the calling convention works: the error is this call's own
+                raise
+            self.direct = False
+            self.compiled.clear()
+            warnings.warn(f"this Triton's compiled kernels refused a direct launch ({error}); launching every call "
+                          "through kernel[grid]", RuntimeWarning, stacklevel=2)
+            self.kernel[grid](*args, **kwargs)
+            return
+        self.proven = True

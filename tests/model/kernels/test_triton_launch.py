@@ -155,3 +155,50 @@ def test_direct_launches_need_triton_3_3_outside_the_interpreter(monkeypatch, ve
         monkeypatch.setenv(name, value)
     assert direct_launch_supported(types.SimpleNamespace(__version__=version)) is supported
     assert direct_launch_supported(None) is False
+
+
+class Refusing(Compiled):
+    """A compiled kernel of a Triton that takes its launch arguments otherwise: the runner refuses them."""
+
+    def __getitem__(self, grid):
+        def run(*args):
+            raise TypeError(f"function takes exactly 4 arguments ({len(args)} given)")
+
+        return run
+
+
+class RefusingKernel(Kernel):
+    def __getitem__(self, grid):
+        run = super().__getitem__(grid)
+
+        def compile_and_run(*args, **kwargs):
+            run(*args, **kwargs)
+            return Refusing(self.log, self.variants)
+
+        return compile_and_run
+
+
+def test_a_triton_whose_compiled_kernels_refuse_the_arguments_falls_back_to_kernel_grid_for_good():
+    """The direct calling convention is Triton 3.3-3.6's; a newer one that parses the arguments otherwise must not
+    stop a training run at the second launch: that launch and every later one go through kernel[grid]."""
+    kernel = RefusingKernel()
+    launcher = Launcher(kernel)
+    x = torch.zeros(64)
+    with pytest.warns(RuntimeWarning, match="refused a direct launch"):
+        for _ in range(2):
+            launcher[(1,)](x, 32, 5, 0.5, BM=64)
+    launcher[(1,)](x, 32, 5, 0.5, BM=64)
+    assert kinds(kernel) == ["jit"] * 3 and not launcher.direct
+
+
+def test_a_type_error_after_direct_launches_have_worked_is_the_calls_own():
+    kernel = Kernel()
+    launcher = Launcher(kernel)
+    x = torch.zeros(64)
+    for _ in range(2):
+        launcher[(1,)](x, 32, 5, 0.5, BM=64)
+    key = next(iter(launcher.compiled))
+    launcher.compiled[key] = Refusing(kernel.log, 1)
+    with pytest.raises(TypeError, match="exactly 4 arguments"):
+        launcher[(1,)](x, 32, 5, 0.5, BM=64)
+    assert launcher.direct and kinds(kernel) == ["jit", "direct"]
