@@ -257,3 +257,52 @@ def test_under_bf16_autocast_the_kernels_take_float32_tables_and_return_float32_
         assert all(g.dtype == torch.float32 for g in grads)
         errors[impl] = relative_error([out.detach().double().cpu()] + [g.double().cpu() for g in grads], expected)
     assert errors["triton"] <= max(2e-2, 1.5 * errors["fused"]), errors
+
+
+def test_the_model_in_bf16_runs_its_prepared_masks_through_the_triton_kernels(monkeypatch):
+    """Seq2Seq prepares each mask once per stack (masks.PreparedMask): on CUDA the key-padding mask always carries
+    its dead-row indicator and the causal mask none. Under bf16 autocast, with padded sources and one empty source
+    (dead rows everywhere it is attended from), the default path takes the Triton kernels, and its logits and every
+    parameter's gradient are as close to float32 as the torch path's (RPR_MT_TRITON=0's)."""
+    triton_shaw = triton_ready()
+    from rpr_mt.config import ModelConfig
+    from rpr_mt.model.kernels import dispatch
+    from rpr_mt.model.transformer import Seq2Seq
+
+    if not dispatch._triton_runs(torch.empty(1, 1, 1, 64, device="cuda", dtype=torch.bfloat16)):
+        pytest.skip("the default policy does not take the Triton kernels on this GPU")
+    torch.manual_seed(0)
+    config = ModelConfig(d_model=128, n_heads=2, encoder_layers=2, decoder_layers=2, ff_dim=256, dropout=0.0,
+                         positions="relative", max_positions=64, clip=16)
+    model = Seq2Seq(config, vocab_size=50, pad_id=0, bos_id=2, eos_id=3).cuda()
+    gen = torch.Generator().manual_seed(1)
+    src = torch.randint(4, 50, (3, 30), generator=gen)
+    src[0, 20:] = 0  # padded
+    src[2] = 0  # empty: every query attending to it is a dead row
+    tgt_in = torch.randint(4, 50, (3, 20), generator=gen)
+    src, tgt_in = src.cuda(), tgt_in.cuda()
+    weights = torch.randn(3, 20, 50, generator=gen).cuda()
+    enc = model.encode(src)
+    assert enc.key_mask is not None and enc.key_mask.dead is not None
+
+    def logits_and_grads(bf16: bool) -> list[torch.Tensor]:
+        model.zero_grad(set_to_none=True)
+        with torch.autocast("cuda", dtype=torch.bfloat16, enabled=bf16):
+            logits = model(src, tgt_in)
+        (logits.float() * weights).sum().backward()
+        grads = [torch.zeros_like(p) if p.grad is None else p.grad for p in model.parameters()]
+        return [logits.detach().double().cpu()] + [g.detach().double().cpu() for g in grads]
+
+    calls = []
+    real = triton_shaw.triton_relative_attention
+    monkeypatch.setattr(triton_shaw, "triton_relative_attention", lambda *a, **k: calls.append(1) or real(*a, **k))
+    expected = logits_and_grads(bf16=False)  # float32: the torch path
+    assert not calls
+    kernel = logits_and_grads(bf16=True)
+    assert len(calls) == 4  # the self-attention of 2 encoder and 2 decoder layers (>= 8 queries each)
+    assert all(torch.isfinite(t).all() for t in kernel)
+    monkeypatch.setattr(dispatch, "_triton_runs", lambda q: False)
+    torch_path = logits_and_grads(bf16=True)
+    assert len(calls) == 4
+    errors = relative_error(kernel, expected), relative_error(torch_path, expected)
+    assert errors[0] <= max(2e-2, 1.5 * errors[1]), errors
