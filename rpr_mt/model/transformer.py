@@ -33,8 +33,9 @@ class EncoderOutput:
     # The key-padding mask [B, 1, 1, S] of the encoder's and decoder's attention to the sources, prepared once by
     # encode; None when no source is padded (attention's fast path). Deciding it again (bool(src_mask.all())) would
     # wait for the GPU, once per forward pass in training and once per step in decoding. A selection of the rows
-    # keeps a mask where none may be needed any more, which is still exact.
-    key_mask: PreparedMask | None = None
+    # keeps a mask where none may be needed any more, which is still exact. No default: None means "nothing
+    # padded", so an output built by hand from memory and src_mask alone let the decoder attend to padding silently.
+    key_mask: PreparedMask | None
 
     @property
     def padded(self) -> bool:
