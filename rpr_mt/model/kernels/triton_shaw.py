@@ -45,6 +45,7 @@ reference without a GPU.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import os
@@ -902,9 +903,13 @@ def triton_relative_attention(
         return q.new_zeros(q.shape).requires_grad_(q.requires_grad)
     if dropout_p > 0 and keep is None and seed is None:
         seed = draw_seed()
-    return TritonShawAttention.apply(
-        q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, seed, blocks
-    )
+    # Triton launches on the current CUDA device: tensors on another GPU of this process would be read through the
+    # wrong device's stream (Triton's own kernel[grid] does the same). The backward runs on autograd's thread for the
+    # tensors' device, so it needs no guard.
+    with torch.cuda.device(q.device) if q.is_cuda else contextlib.nullcontext():
+        return TritonShawAttention.apply(
+            q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, seed, blocks
+        )
 
 
 def compiled_variants() -> int | None:
