@@ -240,6 +240,9 @@ def _file_splits(config: DataConfig, progress: bool) -> RawCorpus:
         else:
             s, t = infos[f"{name}.src"], infos[f"{name}.tgt"]
             src, tgt = paths[f"{name}.src"], paths[f"{name}.tgt"]
+            if os.path.samefile(src, tgt):  # a copy-paste slip: it prepared a corpus that translates text into itself
+                raise UserError(f"data.splits.{name}: src and tgt are the same file ({src}); give the target-language "
+                                "file as tgt")
             check_aligned(src, tgt, s.lines, t.lines)
             splits[name] = SplitReader(
                 name, lambda src=src, tgt=tgt, s=s, t=t: read_parallel(src, tgt, s.lines, t.lines),
