@@ -43,14 +43,18 @@ def _no_type_on_flags(params: list) -> list:
 _UsageError = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
 
 
-def _say(text: str) -> None:
-    """An error or stop line on stderr. Under torchrun every process of a machine runs the same command and stops on
-    the same bad input (or signal): only its first process (LOCAL_RANK 0) says it, not one identical line per GPU;
-    each other machine's first process still says its own."""
+def _echo_of_another_process() -> bool:
+    """Under torchrun every process of a machine runs the same command, loads the same config and stops on the same
+    bad input (or signal): only its first process (LOCAL_RANK 0) says so, not one identical line per GPU; each other
+    machine's first process still says its own."""
     world = os.environ.get("WORLD_SIZE", "1")
-    if world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_RANK", "0") != "0":
-        return
-    typer.echo(text, err=True)
+    return world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_RANK", "0") != "0"
+
+
+def _say(text: str) -> None:
+    """An error or stop line on stderr (see ``_echo_of_another_process``)."""
+    if not _echo_of_another_process():
+        typer.echo(text, err=True)
 
 
 def _one_line_usage_error(exc: Exception, command: str = "rpr-mt") -> typer.Exit:
@@ -739,7 +743,7 @@ def _setup(
     # Only theirs: an INFO root logger also showed other libraries' INFO lines, e.g. torch's "FakeTensor cache stats"
     # at exit after a Ctrl-C had interrupted torch's own logging set-up.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    logging.getLogger("rpr_mt").setLevel(logging.INFO)
+    logging.getLogger("rpr_mt").setLevel(logging.ERROR if _echo_of_another_process() else logging.INFO)
 
 
 def main() -> None:

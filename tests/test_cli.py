@@ -61,6 +61,22 @@ def test_under_torchrun_a_bad_input_is_said_once_per_machine(monkeypatch, args, 
     assert result.exit_code == 2 and result.output == ""
 
 
+def test_under_torchrun_config_warnings_are_said_once_per_machine(monkeypatch):
+    """The warnings of loading the config (every process loads it) came once per process too."""
+    import logging
+
+    package = logging.getLogger("rpr_mt")
+    before = package.level
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    try:
+        for local_rank, level in (("1", logging.ERROR), ("0", logging.INFO)):
+            monkeypatch.setenv("LOCAL_RANK", local_rank)
+            run("train", "--set", "train.max_stepz=3")
+            assert package.level == level
+    finally:
+        package.setLevel(before)  # (setLevel: it also clears the loggers' cached levels)
+
+
 def test_missing_and_corrupt_checkpoints(tmp_path):
     assert_one_line_error(run("translate", "--checkpoint", str(tmp_path / "nope.pt")), "checkpoint not found")
     bad = tmp_path / "bad.pt"
