@@ -43,6 +43,20 @@ def _no_type_on_flags(params: list) -> list:
 _UsageError = next(cls for cls in typer.BadParameter.__mro__ if cls.__name__ == "UsageError")
 
 
+def _echo_of_another_process() -> bool:
+    """Under torchrun every process of a machine runs the same command, loads the same config and stops on the same
+    bad input (or signal): only its first process (LOCAL_RANK 0) says so, not one identical line per GPU; each other
+    machine's first process still says its own."""
+    world = os.environ.get("WORLD_SIZE", "1")
+    return world.isdigit() and int(world) > 1 and os.environ.get("LOCAL_RANK", "0") != "0"
+
+
+def _say(text: str) -> None:
+    """An error or stop line on stderr (see ``_echo_of_another_process``)."""
+    if not _echo_of_another_process():
+        typer.echo(text, err=True)
+
+
 def _one_line_usage_error(exc: Exception, command: str = "rpr-mt") -> typer.Exit:
     """A usage error (an unknown option, a value of the wrong type, a missing argument) as the one `error:` line and
     exit code 2 that every other bad input gets, instead of click's framed usage block. ``command``: the command
@@ -50,7 +64,7 @@ def _one_line_usage_error(exc: Exception, command: str = "rpr-mt") -> typer.Exit
     if type(exc).__name__ == "NoArgsIsHelpError":  # `rpr-mt` alone: the help, as before
         raise exc
     command = exc.ctx.command_path if exc.ctx is not None else command
-    typer.echo(f"error: {command}: {' '.join(exc.format_message().split())} (see {command} --help)", err=True)
+    _say(f"error: {command}: {' '.join(exc.format_message().split())} (see {command} --help)")
     return typer.Exit(exc.exit_code)
 
 
@@ -73,7 +87,7 @@ def _refuse_empty_paths(params: list, opts: dict) -> None:
         if "" in values and _takes_a_path(param):
             name = (next((o for o in param.opts if o.startswith("--")), param.opts[0])
                     if param.param_type_name == "option" else param.metavar or param.name.upper())
-            typer.echo(f"error: {name}: an empty path; give a file or directory name", err=True)
+            _say(f"error: {name}: an empty path; give a file or directory name")
             raise typer.Exit(2)
 
 
@@ -153,11 +167,11 @@ def user_errors(fn: F) -> F:
         try:
             return fn(*args, **kwargs)
         except UserError as exc:
-            typer.echo(f"error: {exc}", err=True)
+            _say(f"error: {exc}")
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as exc:
             signum = getattr(exc, "signum", None)  # rpr_mt.train.signals.Terminated: SIGTERM or SIGHUP
-            typer.echo("interrupted" if signum is None else f"stopped by {exc}", err=True)
+            _say("interrupted" if signum is None else f"stopped by {exc}")
             raise typer.Exit(130 if signum is None else 128 + signum) from None
         except BrokenPipeError:  # `rpr-mt translate ... | head` is not an error
             sys.stderr.close()
@@ -212,7 +226,7 @@ def train(
             how = ("run the same command again to resume" if more_steps is None else
                    f"to go on to update {result.max_steps}, run it again with --set train.max_steps={result.max_steps} "
                    "instead of --more-steps")
-            typer.echo(f"interrupted: saved {result.last_checkpoint}; {how}", err=True)
+            _say(f"interrupted: saved {result.last_checkpoint}; {how}")
             raise typer.Exit(130)
 
 
@@ -729,7 +743,7 @@ def _setup(
     # Only theirs: an INFO root logger also showed other libraries' INFO lines, e.g. torch's "FakeTensor cache stats"
     # at exit after a Ctrl-C had interrupted torch's own logging set-up.
     logging.basicConfig(level=logging.WARNING, format="%(message)s", stream=sys.stderr)
-    logging.getLogger("rpr_mt").setLevel(logging.INFO)
+    logging.getLogger("rpr_mt").setLevel(logging.ERROR if _echo_of_another_process() else logging.INFO)
 
 
 def main() -> None:

@@ -437,7 +437,17 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, war
     if warn:
         warn_unused_settings(config.model, given)
         warn_overridden_preset(config.model, given)
+        refuse_unread_multi30k_dir(config.data)
     return config
+
+
+def refuse_unread_multi30k_dir(config: DataConfig) -> None:
+    """data.multi30k_dir without data.source: multi30k was ignored: `--set data.multi30k_dir=DIR` alone (source
+    demo by default) prepared and trained on the synthetic demo corpus without a word. Checked only on a config the
+    user gives now (``load_config``): a run's saved config and its checkpoints still load."""
+    if config.multi30k_dir is not None and config.source != "multi30k":
+        raise UserError(f"data.multi30k_dir is read only when data.source is multi30k (it is {config.source}): set "
+                        "data.source: multi30k, or remove data.multi30k_dir")
 
 
 def warn_overridden_preset(model: ModelConfig, given: dict[str, str]) -> None:

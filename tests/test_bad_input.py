@@ -423,6 +423,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "data.multi30k_dir not found"),
     ("prepare: TSV line without a tab", lambda r: ["prepare", "--config", f"{r}/tsv.yaml"],
      "notab.tsv:1: expected exactly one tab"),
+    ("prepare: the same file as src and tgt", lambda r: ["prepare", "--config", f"{r}/files.yaml", "--set",
+                                                         f"data.splits.train.tgt={r}/src.en"],
+     "data.splits.train: src and tgt are the same file"),
+    # data.source is demo by default: the directory was ignored and the synthetic corpus prepared without a word
+    ("prepare: multi30k_dir without source multi30k", lambda r: ["prepare", "--set", f"data.multi30k_dir={r}",
+                                                                "--set", f"data.output_dir={r}/prepared"],
+     "data.multi30k_dir is read only when data.source is multi30k (it is demo)"),
     # train prepares the data first: it said "preparing DIR (why)" (and before that "needs preparing") before these
     ("train: missing input file", lambda r: ["train", "--config", f"{r}/files.yaml"], "missing.de"),
     ("train: input is a directory", lambda r: ["train", "--config", f"{r}/dir_input.yaml"], "outdir"),

@@ -46,6 +46,37 @@ def test_bad_override_and_missing_config(tmp_path):
     assert_one_line_error(run("train", "--set", "model.clip=-2"), "model.clip must be >= 0")
 
 
+@pytest.mark.parametrize("args, fragment", [
+    (["train", "--set", "train.max_stepz=3"], "did you mean 'train.max_steps'"),  # a UserError
+    (["train", "--max-step", "3"], "No such option"),  # a usage error
+])
+def test_under_torchrun_a_bad_input_is_said_once_per_machine(monkeypatch, args, fragment):
+    """torchrun starts the same command in every process, and each stopped on the same bad input with its own copy
+    of the error line (8 on a machine of 8 GPUs): only LOCAL_RANK 0 says it; the others exit with the same code."""
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    monkeypatch.setenv("LOCAL_RANK", "0")
+    assert_one_line_error(run(*args), fragment)
+    monkeypatch.setenv("LOCAL_RANK", "1")
+    result = run(*args)
+    assert result.exit_code == 2 and result.output == ""
+
+
+def test_under_torchrun_config_warnings_are_said_once_per_machine(monkeypatch):
+    """The warnings of loading the config (every process loads it) came once per process too."""
+    import logging
+
+    package = logging.getLogger("rpr_mt")
+    before = package.level
+    monkeypatch.setenv("WORLD_SIZE", "2")
+    try:
+        for local_rank, level in (("1", logging.ERROR), ("0", logging.INFO)):
+            monkeypatch.setenv("LOCAL_RANK", local_rank)
+            run("train", "--set", "train.max_stepz=3")
+            assert package.level == level
+    finally:
+        package.setLevel(before)  # (setLevel: it also clears the loggers' cached levels)
+
+
 def test_missing_and_corrupt_checkpoints(tmp_path):
     assert_one_line_error(run("translate", "--checkpoint", str(tmp_path / "nope.pt")), "checkpoint not found")
     bad = tmp_path / "bad.pt"

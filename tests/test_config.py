@@ -114,9 +114,10 @@ def test_a_home_directory_in_a_path_setting_is_expanded(tmp_path, monkeypatch):
     config = tmp_path / "c.yaml"
     config.write_text("data:\n  source: files\n  output_dir: ~/data\n  splits:\n    train: {src: ~/t.en, tgt: ~/t.de}\n"
                       "    dev: {tsv: ~/dev.tsv}\n", encoding="utf-8")
-    cfg = load_config(config, ["train.run_dir=~/runs/x", "train.init_from=~/runs/old", "data.multi30k_dir=~/m30k"])
+    cfg = load_config(config, ["train.run_dir=~/runs/x", "train.init_from=~/runs/old"])
     home = str(tmp_path / "home")
-    assert cfg.data.output_dir == f"{home}/data" and cfg.data.multi30k_dir == f"{home}/m30k"
+    assert cfg.data.output_dir == f"{home}/data"
+    assert load_config(None, ["data.source=multi30k", "data.multi30k_dir=~/m30k"]).data.multi30k_dir == f"{home}/m30k"
     assert (cfg.data.splits["train"].src, cfg.data.splits["train"].tgt) == (f"{home}/t.en", f"{home}/t.de")
     assert cfg.data.splits["dev"].tsv == f"{home}/dev.tsv" and cfg.data.splits["dev"].src is None
     assert cfg.train.run_dir == f"{home}/runs/x" and cfg.train.init_from == f"{home}/runs/old"

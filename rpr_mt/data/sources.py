@@ -197,8 +197,11 @@ def check_aligned(src: Path, tgt: Path, src_lines: int, tgt_lines: int) -> None:
 
 
 def read_tsv(path: Path) -> Iterator[Pair]:
-    """Pairs from a ``source<TAB>target`` file; a line without exactly one tab is an error."""
+    """Pairs from a ``source<TAB>target`` file; a line without exactly one tab is an error, except a blank one."""
     for lineno, line in enumerate(read_lines(path), start=1):
+        if not line.strip():  # an empty pair, as an empty line of two aligned files (training drops it, dev keeps it)
+            yield "", ""
+            continue
         tabs = line.count("\t")
         if tabs != 1:
             raise UserError(f"{path}:{lineno}: expected exactly one tab (source<TAB>target), found {tabs}")
@@ -240,6 +243,9 @@ def _file_splits(config: DataConfig, progress: bool) -> RawCorpus:
         else:
             s, t = infos[f"{name}.src"], infos[f"{name}.tgt"]
             src, tgt = paths[f"{name}.src"], paths[f"{name}.tgt"]
+            if os.path.samefile(src, tgt):  # a copy-paste slip: it prepared a corpus that translates text into itself
+                raise UserError(f"data.splits.{name}: src and tgt are the same file ({src}); give the target-language "
+                                "file as tgt")
             check_aligned(src, tgt, s.lines, t.lines)
             splits[name] = SplitReader(
                 name, lambda src=src, tgt=tgt, s=s, t=t: read_parallel(src, tgt, s.lines, t.lines),

@@ -59,7 +59,9 @@ class Logger:
                 self.message("warning: no TensorBoard logs: the tensorboard package is missing "
                              "(pip install tensorboard, or set train.tensorboard=false)")
             else:
-                self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"))
+                # A resumed run redoes the updates after its checkpoint: purge_step hides the killed invocation's
+                # events from there on, so each curve shows every update once (metrics.jsonl readers do the same)
+                self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"), purge_step=initial + 1)
 
     def message(self, text: str) -> None:
         if not self.enabled:

@@ -93,6 +93,9 @@ def test_tsv_reading_and_tab_errors(tmp_path):
     no_tab = write_lines(tmp_path / "no_tab.tsv", ["hello\thallo", "no tab here"])
     with pytest.raises(UserError, match=r"no_tab\.tsv:2: expected exactly one tab .*found 0"):
         list(sources.read_tsv(no_tab))
+    # a blank line (a trailing one, say) is an empty pair, as in two aligned files; it stopped prepare before
+    blank = write_lines(tmp_path / "blank.tsv", ["hello\thallo", "", " \r"])
+    assert list(sources.read_tsv(blank)) == [("hello", "hallo"), ("", ""), ("", "")]
     two_tabs = write_lines(tmp_path / "two.tsv", ["a\tb\tc"])
     with pytest.raises(UserError, match=r"two\.tsv:1: expected exactly one tab .*found 2"):
         list(sources.read_tsv(two_tabs))

@@ -27,3 +27,22 @@ def test_a_complete_file_is_left_as_it_is(tmp_path, capsys):
     Logger(tmp_path, enabled=True, progress=False, total=None, initial=1, tensorboard=False).close()
     assert path.read_text(encoding="utf-8") == json.dumps({"step": 1, "loss": 5.0}) + "\n"
     assert capsys.readouterr().err == ""
+
+
+def test_tensorboard_after_a_resume_shows_each_update_once(tmp_path):
+    """A run killed at update 4 after its checkpoint at 2 logged 3 and 4; resumed at 2 it logs them again. Without
+    purge_step, TensorBoard drew both (a curve that runs back from 4 to 3)."""
+    from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+    killed = Logger(tmp_path, enabled=True, progress=False, total=None, initial=0)
+    for step in (1, 2, 3, 4):
+        killed.record({"step": step, "loss": 10.0 - step})
+    killed.close()
+    resumed = Logger(tmp_path, enabled=True, progress=False, total=None, initial=2)
+    for step in (3, 4, 5):
+        resumed.record({"step": step, "loss": 1.0 - step / 10})
+    resumed.close()
+    events = EventAccumulator(str(tmp_path / "tensorboard"))
+    events.Reload()
+    points = [(e.step, round(e.value, 3)) for e in events.Scalars("train/loss")]
+    assert points == [(1, 9.0), (2, 8.0), (3, 0.7), (4, 0.6), (5, 0.5)]
