@@ -1,7 +1,8 @@
 """The `rpr-mt` command line: thin commands that parse options and call importable functions.
 
 Every command turns a ``UserError`` into one line on stderr and exit code 2 (no traceback), and Ctrl-C into
-exit code 130 (``translate``'s SIGTERM and SIGHUP: 128 + the signal's number, as a shell reports them).
+exit code 130; ``train`` and ``translate`` stopped by SIGTERM or SIGHUP exit 128 + the signal's number, as a shell
+reports them.
 """
 
 from __future__ import annotations
@@ -12,6 +13,7 @@ import logging
 import math
 import os
 import re
+import signal
 import sys
 import typing
 from pathlib import Path, PurePath
@@ -227,7 +229,10 @@ def train(
                    f"to go on to update {result.max_steps}, run it again with --set train.max_steps={result.max_steps} "
                    "instead of --more-steps")
             _say(f"interrupted: saved {result.last_checkpoint}; {how}")
-            raise typer.Exit(130)
+            # 128 + the signal's number, as a shell reports it (and as translate exits): 143 for a scheduler's
+            # SIGTERM, 130 for Ctrl-C and for a DDP rank that stopped because another received the signal
+            received = result.signal
+            raise typer.Exit(128 + (signal.Signals[received].value if received else signal.SIGINT.value))
 
 
 @app.command(cls=_Command)

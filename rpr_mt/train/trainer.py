@@ -75,6 +75,7 @@ class TrainResult:
     run_seconds: float = 0.0
     run_target_tokens: int | None = 0
     max_steps: int | None = None  # the update it trains to (with --more-steps: the latest checkpoint's + N)
+    signal: str | None = None  # stopped_by signal: the one this process received (SIGINT, SIGTERM, SIGHUP)
 
 
 def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progress: bool, device: torch.device) -> Path:
@@ -380,7 +381,7 @@ def _train(
     seconds = time.monotonic() - start_time
     return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
                        state.tokens, seconds, peak_memory_mb(device), state.elapsed_before + seconds,
-                       state.run_tokens(), t.max_steps)
+                       state.run_tokens(), t.max_steps, stop_signal.requested)
 
 
 def initial_model(cfg: Config, vocab: Vocab) -> Seq2Seq:
