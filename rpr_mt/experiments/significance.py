@@ -9,13 +9,17 @@ The test is sacreBLEU's own (``sacrebleu --paired-bs``, Koehn 2004 as implemente
 the sentences with a fixed seed, and a two-sided p-value for the absolute BLEU difference. ``metric="lit"`` resamples
 the Multi30k literature's BLEU (rpr_mt.evaluate: lowercased, normalized, Moses-tokenized text, no further
 tokenization) instead of sacreBLEU's.
+
+Each cell's row also says what the paper claims of it against the same comparison (its En-De numbers, ``PAPER``) and
+whether our seeds bear that out (``verdict``), so docs/results.md's verdicts come from this command, not by hand.
 """
 
 from __future__ import annotations
 
 import statistics
+from dataclasses import dataclass
 from pathlib import Path
-from typing import Literal, Sequence
+from typing import Collection, Literal, Sequence
 
 from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
@@ -23,11 +27,18 @@ from sacrebleu.significance import PairedTest
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import lowercase_normalize_tokenize
 from rpr_mt.experiments.outputs import SplitOutputs, cell_rows, literature_preps, load_split_outputs
-from rpr_mt.experiments.tables import SweepResults, mean_std
+from rpr_mt.experiments.sweep import TABLE_NAMES, table_cells
+from rpr_mt.experiments.tables import PAPER, SweepResults, mean_std
 
 N_SAMPLES = 1000
 Metric = Literal["sacrebleu", "lit"]
 METRIC_NAMES = {"sacrebleu": "sacreBLEU", "lit": "literature BLEU (lc.norm.tok)"}
+# A seed's difference is beyond the choice of test sentences when its paired-bootstrap p is below this.
+ALPHA = 0.05
+# The paper prints BLEU to one decimal and reads its cells 0.1 apart as alike (k = 2, 4, 64, 256 and aK only against
+# k = 16 / aK+aV): a paper difference smaller than this is a claim that the cell is level with the comparison, one
+# at least this large a claim that it is below (k = 0, k = 1, aV only, neither; absolute against relative) or above.
+PAPER_LEVEL_BLEU = 0.2
 
 
 def paired_bootstrap(
@@ -51,6 +62,76 @@ def paired_bootstrap(
         # smallest p (1 / (n + 1)), which a table would read as a significant difference of +0.00
         return difference, 1.0
     return difference, float(system_result.p_value)
+
+
+@dataclass(frozen=True)
+class Claim:
+    """What the paper's En-De numbers say of a cell against the comparison: its BLEU minus the comparison's."""
+
+    paper_delta: float
+
+    @property
+    def kind(self) -> Literal["below", "above", "level"]:
+        if abs(self.paper_delta) < PAPER_LEVEL_BLEU:
+            return "level"
+        return "below" if self.paper_delta < 0 else "above"
+
+    def describe(self, against: str) -> str:
+        return f"{'level with' if self.kind == 'level' else self.kind} {against} ({self.paper_delta:+.1f})"
+
+
+def _paper_en_de(cell: tuple[str, str]) -> float | None:
+    text = PAPER.get(cell)
+    return float(text.split("/")[0]) if text else None  # Table 1 holds "En-De / En-Fr"
+
+
+def paper_claim(labels: Sequence[str], base_labels: Collection[str]) -> Claim | None:
+    """The paper's claim about a row (the cells ``labels``, backed by the same runs) against the comparison row
+    (``base_labels``): the first of the row's cells that the paper compares with a comparison cell of the same table
+    (Table 1 is WMT14 test, Tables 2 and 3 dev: numbers of different tables are not compared). None where there is no
+    such pair (the schemes table; k = 0 against an absolute base run)."""
+    table_of = {cell.label: cell.table for table in TABLE_NAMES for cell in table_cells(table)}
+    for label in labels:
+        table = table_of.get(label)
+        paper = _paper_en_de((table, label)) if table else None
+        bases = [_paper_en_de((table, base)) for base in base_labels if table_of.get(base) == table]
+        if paper is not None and bases and bases[0] is not None:
+            return Claim(round(paper - bases[0], 1))  # one decimal, as the paper: 25.9 - 25.8 is 0.1, not 0.0999
+    return None
+
+
+def verdict(claim: Claim, deltas: Sequence[float], p_values: Sequence[float], alpha: float = ALPHA) -> str:
+    """Whether the seeds' differences (ours minus the comparison, one per seed) and their paired-bootstrap p-values
+    bear the paper's claim out. Below (above): "holds" when every seed is significantly below (above), "does not
+    hold" when every seed is significantly the other way, else "within noise". Level: "holds" when no seed is
+    significant, "does not hold" when every seed is significant in the same direction, else "within noise"."""
+    if len(deltas) != len(p_values):
+        raise ValueError(f"{len(deltas)} differences and {len(p_values)} p-values")
+    if not deltas:
+        return "–"
+    below = all(d < 0 and p < alpha for d, p in zip(deltas, p_values))
+    above = all(d > 0 and p < alpha for d, p in zip(deltas, p_values))
+    if claim.kind == "level":
+        text = ("holds" if all(p >= alpha for p in p_values) else "does not hold" if below or above
+                else "within noise")
+    elif (claim.kind == "below" and below) or (claim.kind == "above" and above):
+        text = "holds"
+    elif below or above:
+        text = "does not hold"
+    else:
+        text = "within noise"
+    return text + (" (1 seed)" if len(deltas) == 1 else "")
+
+
+def verdict_rule(against: str) -> str:
+    """The paragraph under the table that says how the verdict column is read (``against``: "the base run")."""
+    return (f"paper: the cell's En-De BLEU in Shaw et al. (2018) minus that of {against} in the same table (Table 1 "
+            f"test, Tables 2 and 3 dev); a difference smaller than {PAPER_LEVEL_BLEU} BLEU either way is the claim that the two are "
+            f"level, a larger one that the cell is below (or above) it. Verdict, with a seed significant when its "
+            f"p < {ALPHA}: a below (above) claim holds when every seed is significantly below (above) {against}, "
+            "does not hold when every seed is significantly the other way, and is within noise otherwise; a level "
+            "claim holds when no seed is significant, does not hold when every seed is significant in the same "
+            "direction, and is within noise otherwise. \"(1 seed)\": the verdict rests on one seed.")
 
 
 def check_baseline(sweep: SweepResults, baseline: str | None) -> None:
@@ -111,9 +192,13 @@ def render_significance_table(
     outputs = load_split_outputs(sweep, split, data_dir)
     if metric == "lit":
         outputs = _lit_text(sweep, outputs)
-    lines = [f"| cell | seeds | Δ {split} {METRIC_NAMES[metric]} vs {baseline or 'base'} | p per seed (paired "
-             f"bootstrap, {n_samples} resamples) |", "|---|---|---|---|"]
-    for runs, labels in cell_rows(sweep, outputs.hypotheses).items():
+    against = baseline or "base"
+    lines = [f"| cell | seeds | Δ {split} {METRIC_NAMES[metric]} vs {against} | p per seed (paired "
+             f"bootstrap, {n_samples} resamples) | paper (En-De) | verdict |", "|---|---|---|---|---|---|"]
+    rows = cell_rows(sweep, outputs.hypotheses)
+    base_labels = [label for runs, labels in rows.items() if runs and all(r in bases.values() for r in runs)
+                   for label in labels]
+    for runs, labels in rows.items():
         deltas, p_values = [], []
         for run in runs:
             seed = int(sweep.entries[run]["seed"])
@@ -122,12 +207,16 @@ def render_significance_table(
             delta, p = paired_bootstrap(outputs.hypotheses[bases[seed]], outputs.hypotheses[run],
                                         outputs.references, n_samples, metric)
             deltas.append(delta)
-            p_values.append(f"{p:.3f} (seed {seed})")
+            p_values.append((p, seed))
         if runs and all(r in bases.values() for r in runs):
-            lines.append(f"| {' = '.join(labels)} | {len(runs)} | base | |")
-        else:
-            lines.append(f"| {' = '.join(labels)} | {len(deltas)} | {_signed(deltas)} | {', '.join(p_values) or '–'} |")
-    return "\n".join(lines)
+            lines.append(f"| {' = '.join(labels)} | {len(runs)} | base | | | |")
+            continue
+        claim = paper_claim(labels, base_labels)
+        ps = ", ".join(f"{p:.3f} (seed {seed})" for p, seed in p_values) or "–"
+        lines.append(f"| {' = '.join(labels)} | {len(deltas)} | {_signed(deltas)} | {ps} "
+                     f"| {claim.describe(against) if claim else '–'} "
+                     f"| {verdict(claim, deltas, [p for p, _ in p_values]) if claim else '–'} |")
+    return "\n".join(lines + ["", verdict_rule("the base run" if baseline is None else f"the {baseline} run")])
 
 
 def _signed(values: list[float]) -> str:

@@ -9,7 +9,9 @@ import statistics
 import pytest
 
 from rpr_mt.errors import UserError
-from rpr_mt.experiments.significance import paired_bootstrap, render_significance_table
+from rpr_mt.experiments.significance import (
+    ALPHA, Claim, paired_bootstrap, paper_claim, render_significance_table, verdict,
+)
 from rpr_mt.experiments.tables import load_sweep, mean_std
 from tests.experiments.test_lengths import sweep_with_hypotheses
 
@@ -49,11 +51,15 @@ def test_table_compares_each_seed_with_its_own_base_run(tmp_path):
     data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
     table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=200)
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
-    assert rows["relative = k=16"] == "| relative = k=16 | 2 | base | |"
-    # absolute/seed1 is compared with base/seed1 only (there is no absolute/seed2).
+    assert rows["relative = k=16"] == "| relative = k=16 | 2 | base | | | |"
+    # absolute/seed1 is compared with base/seed1 only (there is no absolute/seed2). The paper's Table 1 puts absolute
+    # 0.3 below relative (26.5 and 26.8 En-De): one seed below relative bears that claim out if its p is small.
     delta, p = paired_bootstrap(data["base/seed1"], data["positions=absolute/seed1"], data["references"], 200)
     assert delta < 0
-    assert rows["absolute"] == f"| absolute | 1 | {mean_std([delta])} | {p:.3f} (seed 1) |"
+    said = "holds (1 seed)" if p < ALPHA else "within noise (1 seed)"
+    assert rows["absolute"] == f"| absolute | 1 | {mean_std([delta])} | {p:.3f} (seed 1) | below base (-0.3) | {said} |"
+    assert table.splitlines()[0].endswith("| paper (En-De) | verdict |")
+    assert f"significant when its p < {ALPHA}" in table.splitlines()[-1]  # the rule, under the table
     assert "k=0" not in rows  # not finished
 
 
@@ -64,7 +70,7 @@ def test_cells_without_a_base_run_of_their_seed_are_not_compared(tmp_path):
     plan["runs"]["positions=absolute/seed1"]["seed"] = 3  # as if it had been seed 3, which has no base run
     plan_path.write_text(json.dumps(plan))
     table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=50)
-    assert "| absolute | 0 | – | – |" in table
+    assert "| absolute | 0 | – | – | below base (-0.3) | – |" in table
     # No base run: said in the report (whose tables and plots are still wanted), not an error that drops them all
     (tmp_path / "sweep" / "base" / "seed1" / "result.json").rename(tmp_path / "result1.json")
     (tmp_path / "sweep" / "base" / "seed2" / "result.json").rename(tmp_path / "result2.json")
@@ -109,7 +115,7 @@ def test_literature_bleu_bootstrap_resamples_lowercased_tokenized_text(tmp_path)
         if prep == "lc.norm.tok":
             base, system, refs = (lowercase_normalize_tokenize(x, "de") for x in (base, system, refs))
         delta, p = paired_bootstrap(base, system, refs, 200, "lit")
-        assert f"| absolute | 1 | {_signed([delta])} | {p:.3f} (seed 1) |" in table
+        assert f"| absolute | 1 | {_signed([delta])} | {p:.3f} (seed 1) | below base (-0.3) |" in table
         # lowercased, the upper-case base run is perfect and absolute is behind it; as it is, base scores nothing
         assert (delta < 0) == (prep == "lc.norm.tok")
 
@@ -122,9 +128,13 @@ def test_baseline_cell_is_compared_with_instead_of_the_base_run(tmp_path):
     table = render_significance_table(sweep, "dev", data_dir=tmp_path / "data", n_samples=200, baseline="absolute")
     rows = {line.split(" | ")[0].lstrip("| "): line for line in table.splitlines()[2:]}
     assert "vs absolute" in table.splitlines()[0]
-    assert rows["absolute"] == "| absolute | 1 | base | |"
+    assert rows["absolute"] == "| absolute | 1 | base | | | |"
     delta, p = paired_bootstrap(data["positions=absolute/seed1"], data["base/seed1"], data["references"], 200)
-    assert rows["relative = k=16"] == f"| relative = k=16 | 1 | +{mean_std([delta])} | {p:.3f} (seed 1) |"  # no seed 2
+    # against absolute, the paper's claim turns round: relative is 0.3 above it (k=16 has no paper figure against a
+    # Table 1 cell, so the row's claim is relative's)
+    said = "holds (1 seed)" if p < ALPHA else "within noise (1 seed)"
+    assert rows["relative = k=16"] == (f"| relative = k=16 | 1 | +{mean_std([delta])} | {p:.3f} (seed 1) "
+                                       f"| above absolute (+0.3) | {said} |")  # no seed 2
     assert render_significance_table(sweep, "dev", baseline="k=0") == (
         "Not computed: the 'k=0' run has not finished yet (clip=0/seed1).")  # and no data is read for it
     with pytest.raises(UserError, match=r"--baseline 'k=3' is not a cell of the sweep under .*\(its cells: relative, "):
@@ -137,3 +147,49 @@ def test_nothing_finished_is_said_without_reading_any_data(tmp_path):
         result.unlink()
     table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "nowhere")
     assert table.startswith("Not computed: the base run (the config without overrides) has not finished yet")
+
+
+def test_paper_claims_come_from_the_paper_s_en_de_numbers_within_one_table():
+    """Each cell against the comparison row, in the same table: below, level (|Δ| < 0.2) or above; none across
+    tables (Table 1 is test, Tables 2 and 3 dev) or without a paper figure."""
+    base = ["relative", "k=16", "aV+aK"]
+    assert paper_claim(["k=0"], base) == Claim(-13.3) and Claim(-13.3).kind == "below"
+    assert paper_claim(["absolute"], base).describe("base") == "below base (-0.3)"
+    assert paper_claim(["aV only"], base).kind == "below" and paper_claim(["k=1"], base).kind == "below"
+    for label in ("k=2", "k=4", "k=64", "k=256", "aK only"):
+        assert paper_claim([label], base).kind == "level", label
+    assert paper_claim(["k=4"], base).describe("base") == "level with base (+0.1)"
+    assert paper_claim(["relative", "k=16"], ["absolute"]).describe("absolute") == "above absolute (+0.3)"
+    assert paper_claim(["k=0"], ["absolute"]) is None  # the paper has no k=0 against absolute
+    assert paper_claim(["RoPE"], base) is None
+
+
+@pytest.mark.parametrize("kind, deltas, p_values, expected", [
+    # below the base: every seed significantly below holds, every seed significantly above does not, else noise
+    ("below", [-2.1, -2.5], [0.001, 0.001], "holds"),
+    ("below", [0.8, 0.6], [0.01, 0.03], "does not hold"),
+    ("below", [-2.1, -0.3], [0.001, 0.2], "within noise"),
+    ("below", [-2.1, 0.9], [0.001, 0.001], "within noise"),
+    ("below", [-9.9], [0.001], "holds (1 seed)"),
+    # above (the same claim seen from an absolute baseline) mirrors it
+    ("above", [2.1, 2.5], [0.001, 0.001], "holds"),
+    ("above", [-2.1, -2.5], [0.001, 0.001], "does not hold"),
+    # level: no seed significant holds, every seed significant one way does not, a mix is noise
+    ("level", [0.43, -0.3], [0.152, 0.4], "holds"),
+    ("level", [-0.9, -1.2], [0.01, 0.002], "does not hold"),
+    ("level", [0.9, 1.2], [0.01, 0.002], "does not hold"),
+    ("level", [-0.9, 1.2], [0.01, 0.002], "within noise"),
+    ("level", [-0.9, 0.2], [0.01, 0.6], "within noise"),
+    ("level", [0.43], [0.152], "holds (1 seed)"),
+    ("level", [0.43], [0.01], "does not hold (1 seed)"),
+    ("level", [], [], "–"),
+])
+def test_verdict_of_each_claim(kind, deltas, p_values, expected):
+    claim = {"below": Claim(-13.3), "above": Claim(0.3), "level": Claim(0.1)}[kind]
+    assert claim.kind == kind
+    assert verdict(claim, deltas, p_values) == expected
+
+
+def test_verdict_p_at_alpha_is_not_significant():
+    assert verdict(Claim(-0.3), [-1.0], [ALPHA]) == "within noise (1 seed)"
+    assert verdict(Claim(0.0), [-1.0], [ALPHA]) == "holds (1 seed)"

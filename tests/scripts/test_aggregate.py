@@ -49,3 +49,18 @@ def test_a_sweep_with_nothing_finished_is_reported_with_its_sections_not_compute
     assert "0 of 4 runs finished" in report
     assert "## BLEU by source length (dev)\n\nNot computed: no run has finished yet." in report
     assert "Not computed: the base run (the config without overrides) has not finished yet" in report
+
+
+def test_paired_bootstrap_section_says_the_verdict_on_each_paper_claim(tmp_path, capsys):
+    """The verdicts of docs/results.md ("holds", "within noise") were written by hand: the report says them, with
+    the paper's claim each row tests and the rule under the table."""
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    assert aggregate.main([str(tmp_path / "sweep"), "--data-dir", str(tmp_path / "data"), "--paired-bootstrap",
+                           "dev"]) == 0
+    section = capsys.readouterr().out.split("## Paired bootstrap against the base run (dev)")[1]
+    assert "| paper (En-De) | verdict |\n|---|---|---|---|---|---|\n" in section
+    absolute = next(line for line in section.splitlines() if line.startswith("| absolute |"))
+    assert absolute.split(" | ")[-2:] in (["below base (-0.3)", "holds (1 seed) |"],
+                                          ["below base (-0.3)", "within noise (1 seed) |"])
+    assert "a level claim holds when no seed is significant" in section
