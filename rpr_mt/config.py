@@ -397,9 +397,11 @@ def _require(condition: bool, message: str) -> None:
         raise UserError(message)
 
 
-def load_config(path: str | Path | None, overrides: list[str] | None = None, warn: bool = True) -> Config:
-    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate. ``warn=False``:
-    no warning about settings the position scheme ignores (a run's saved config, which the user did not write)."""
+def load_config(path: str | Path | None, overrides: list[str] | None = None, user_given: bool = True) -> Config:
+    """Read a YAML config (``None`` = all defaults), apply ``section.key=value`` overrides, validate.
+
+    ``user_given=False``: a run's saved config, which the user did not write: no warnings about settings the
+    position scheme or a preset ignores, and no refusal of a setting that was ignored when the run was made."""
     raw: dict[str, Any] = {}
     if path is not None:
         path = Path(path)
@@ -434,7 +436,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, war
         # The scheme was switched by an override (as a sweep's cells do): the file's settings are evidently for the
         # file's own scheme, and a warning about them is one the user cannot act on. Overrides are still checked.
         given = {key: source for key, source in given.items() if source.startswith("--set")}
-    if warn:
+    if user_given:
         warn_unused_settings(config.model, given)
         warn_overridden_preset(config.model, given)
         refuse_unread_multi30k_dir(config.data)

@@ -30,7 +30,8 @@ def _run_data_dir(run_dir: Path) -> Path:
 
     # a sweep's run config holds the base config's settings for every cell (an absolute cell's model.clip): not
     # the user's to act on, so no warning about them
-    data_dir = prepared_data_of(load_config(config_path, warn=False).data.output_dir, config_path)  # from anywhere
+    saved = load_config(config_path, user_given=False)
+    data_dir = prepared_data_of(saved.data.output_dir, config_path)  # from any directory
     if not data_dir.is_dir():
         raise UserError(f"data directory {data_dir} (from {config_path}) not found: run from the directory the "
                         "sweep ran in, or pass --data-dir")

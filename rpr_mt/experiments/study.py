@@ -387,7 +387,7 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
         raise UserError(f"no finished run under {sweep.root}")
     first = sweep.root / rows[0][1][0]
     data_dir = Path(data_dir) if data_dir is not None else _run_data_dir(first)
-    config = load_config(first / "config.yaml", warn=False)  # a run's saved config: see _run_data_dir
+    config = load_config(first / "config.yaml", user_given=False)  # a run's saved config: see _run_data_dir
     cap = config.data.max_train_tokens
     vocab = Vocab.load(data_dir)
     _, ref_path = reference_files(data_dir, split)
