@@ -157,6 +157,7 @@ SetOption = typer.Option(
     None, "--set", metavar="SECTION.KEY=VALUE",
     help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
          "fields of rpr_mt/config.py; docs/configuration.md lists each with its default and meaning.")
+WHICH_HELP = "For a run directory: best, last or average (the averaged checkpoint). [default: best]"
 ProgressOption = typer.Option(
     None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 
@@ -239,7 +240,7 @@ def train(
 @user_errors
 def translate(
     checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint file or a run directory."),
-    which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
+    which: Optional[str] = typer.Option(None, "--which", help=WHICH_HELP, show_default=False),
     input: str = typer.Option("-", "--input", "-i",
                               help="Source text file, one segment a line (a sentence, or several: they are split and "
                                    "their translations joined); '-' = stdin."),
@@ -280,8 +281,8 @@ def translate(
     _device(device)
     from rpr_mt.checkpoints import resolve_checkpoint
 
+    which = _which(checkpoint, which)
     resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
-    _warn_unused_which(checkpoint, which)
     # The input is checked before the model loads (which can take a minute), and then read window by window as it
     # is translated. A file is read twice: whole first for bad bytes and its line count (the progress bar's total).
     # stdin or a pipe (-i <(zcat x.gz)) can be read once only: its first line is waited for (an empty pipe is said
@@ -341,7 +342,7 @@ def eval_bleu(
         None, "--lang",
         help="Target language for tokenized BLEU (default: the --ref file's suffix, or the checkpoint's data)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Translate a split with this model first."),
-    which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
+    which: Optional[str] = typer.Option(None, "--which", help=WHICH_HELP, show_default=False),
     split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
     beam_size: Optional[int] = typer.Option(
         None, "--beam-size", help="With --checkpoint: beam size (1 = greedy); default from the model's config."),
@@ -386,8 +387,8 @@ def eval_bleu(
         _device(device)
         from rpr_mt.checkpoints import peek_checkpoint, resolve_checkpoint
 
+        which = _which(checkpoint, which)
         resolved = resolve_checkpoint(checkpoint, which)
-        _warn_unused_which(checkpoint, which)
         # The split and --save-hyp are checked before the weights load, from the checkpoint's config and vocabulary
         # fingerprint read without its tensors (where torch can map the file; else after loading, below).
         peeked = peek_checkpoint(resolved)
@@ -412,7 +413,7 @@ def eval_bleu(
             raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
         # options that only change how a checkpoint translates: given with --hyp/--ref they would do nothing
         unused = [name for name, value, default in (
-            ("--split", split, "test"), ("--which", which, "best"), ("--beam-size", beam_size, None),
+            ("--split", split, "test"), ("--which", which, None), ("--beam-size", beam_size, None),
             ("--length-penalty", length_penalty, None), ("--min-length", min_length, None),
             ("--device", device, "auto")) if value != default]
         if unused:
@@ -510,7 +511,7 @@ def plot(
 def export_command(
     checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT", help="A run directory or a checkpoint file."),
     output: Path = typer.Option(..., "--output", "-o", help="The CTranslate2 model directory to write."),
-    which: str = typer.Option("best", "--which", help="For a run directory: best, last or average."),
+    which: Optional[str] = typer.Option(None, "--which", help=WHICH_HELP, show_default=False),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", help="CTranslate2 weight type (int8, int8_float32, int16, float16, ...); "
                                      "default: float32, as trained."),
@@ -519,7 +520,7 @@ def export_command(
     """Export a trained model to CTranslate2 (with its SentencePiece model) for fast inference."""
     from rpr_mt.export.ctranslate2 import export_ctranslate2
 
-    _warn_unused_which(checkpoint, which)
+    which = _which(checkpoint, which)
     result = export_ctranslate2(checkpoint, output, which=which, quantization=quantization, force=force)
     typer.echo(f"exported the {result.positions_label} model {result.checkpoint} to {result.output} "
                f"({result.quantization or 'float32'} weights)", err=True)
@@ -579,11 +580,24 @@ def _device(name: str):
     return torch.device(name)
 
 
-def _warn_unused_which(checkpoint: Path, which: str) -> None:
-    """--which chooses within a run directory: say so when another value than the default comes with a file."""
-    if which != "best" and Path(checkpoint).is_file():
+def _which(checkpoint: Path, which: Optional[str]) -> str:
+    """The --which to use (best when not given), with a word on stderr where the choice may surprise: a value given
+    with a checkpoint file, where it is not used; or a run directory's best checkpoint loaded by default while the
+    run also has an averaged one that is not older (train.average_last writes it at the end of training, and the
+    run's scores in result.json and the docs are of that average)."""
+    from rpr_mt import checkpoints as ckpt
+
+    path = Path(checkpoint)
+    if which is not None and path.is_file():
         _stderr(f"warning: --which {which} chooses within a run directory; {checkpoint} is a checkpoint file and is "
                 "used as it is")
+    if which is None and path.is_dir():
+        folder = ckpt.checkpoint_folder(path)
+        best, average = folder / "checkpoint_best.pt", folder / "checkpoint_avg.pt"
+        if best.is_file() and average.is_file() and average.stat().st_mtime >= best.stat().st_mtime:
+            _stderr(f"note: {checkpoint} has an averaged checkpoint newer than its best one; loading the best one "
+                    "(the default), --which average loads the average")
+    return which or "best"
 
 
 def _load_model(checkpoint: Path, which: str, device: str):

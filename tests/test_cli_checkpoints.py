@@ -53,6 +53,32 @@ def test_translate_names_the_checkpoint_a_run_directory_resolved_to(run_dir, whi
     assert len(result.stdout.splitlines()) == 1 and "loaded" not in result.stdout  # stdout stays the translation
 
 
+def test_a_run_with_a_newer_average_says_the_default_loads_the_best_one(run_dir, tmp_path):
+    """train.average_last writes checkpoint_avg.pt after the best one, and a run's scores are of it: loading the best
+    by default is said, with the option that loads the average; an older average (training went on) is not."""
+    import os
+    import shutil
+
+    run = tmp_path / "run"
+    shutil.copytree(run_dir, run)
+    folder = ckpt.checkpoint_dir(run)
+    average = folder / "checkpoint_avg.pt"
+    shutil.copy(ckpt.step_checkpoint_path(run, 12), average)
+    best_time = (folder / "checkpoint_best.pt").stat().st_mtime
+    note = "has an averaged checkpoint newer than its best one; loading the best one (the default), --which average"
+    for command in (["translate", "--checkpoint", str(run), "--beam-size", "1"],
+                    ["eval-bleu", "--checkpoint", str(run), "--split", "test", "--beam-size", "1"]):
+        os.utime(average, (best_time + 1, best_time + 1))
+        result = runner.invoke(app, command, input="a bird\n")
+        assert result.exit_code == 0, result.output
+        assert note in result.stderr
+        assert loaded_lines(result) == [expected(folder / "checkpoint_best.pt")]
+        for chosen in (["--which", "best"], ["--which", "average"]):  # a choice made is not questioned
+            assert note not in runner.invoke(app, command + chosen, input="a bird\n").stderr
+        os.utime(average, (best_time - 1, best_time - 1))
+        assert note not in runner.invoke(app, command, input="a bird\n").stderr
+
+
 def test_a_checkpoint_without_validation_says_so(run_dir):
     path = ckpt.step_checkpoint_path(run_dir, 8)
     result = runner.invoke(app, ["translate", "--checkpoint", str(path), "--beam-size", "1"], input="a bird\n")
