@@ -124,6 +124,7 @@ def check_prepared(config: DataConfig) -> Optional[str]:
     reason = _changed_since(config, manifest)
     if reason:
         return f"stale: {reason}"
+    _record_unchanged_inputs(out, config, manifest)
     checksums = manifest.get("checksums", {})
     for name in manifest.get("files", []):
         if not (out / name).is_file():
@@ -337,6 +338,28 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any]) -> Optional[str]:
                 return f"the {role} input is now {path} (it was {before['path']})"
             return f"input {path} changed (sha256 differs)"
     return None
+
+
+def _record_unchanged_inputs(out: Path, config: DataConfig, manifest: dict[str, Any]) -> None:
+    """Local inputs whose size or mtime moved but whose content is the same (touched, copied back, checked out
+    again) were just re-hashed: record their new stat in the manifest, so the next start does not hash them again.
+    Best effort: a read-only data directory keeps its manifest (and pays the hash each time)."""
+    recorded: dict[str, Any] = manifest.get("inputs", {}).get("files", {})
+    changed = False
+    for role, path in sources.local_inputs(config).items():
+        entry, stat = recorded.get(role), path.stat()
+        now = dict(path=str(path.resolve()), size=stat.st_size, mtime_ns=stat.st_mtime_ns)
+        if isinstance(entry, dict) and any(entry.get(key) != value for key, value in now.items()):
+            entry.update(now)
+            changed = True
+    if not changed:
+        return
+    tmp = out / f".{MANIFEST}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, out / MANIFEST)  # atomic: a reader sees the old manifest or the new one
+    except OSError:
+        tmp.unlink(missing_ok=True)
 
 
 def _short(value: Any) -> str:

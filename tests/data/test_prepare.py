@@ -217,10 +217,24 @@ def test_irrelevant_key_change_keeps_data(tmp_path):
 def test_changed_input_file_rebuilds(tmp_path):
     splits = small_parallel(tmp_path)
     config = files_config(tmp_path, splits)
-    prepare(config, progress=False)
+    out = prepare(config, progress=False)
     train_src = Path(splits["train"].src)
     os.utime(train_src, ns=(1, 1))  # touched but unchanged: still up to date (same sha256)
-    assert check_prepared(config) is None
+    hashed = []
+    real_sha256 = sources.sha256_file
+
+    def counting_sha256(path):
+        hashed.append(Path(path))
+        return real_sha256(path)
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(sources, "sha256_file", counting_sha256)
+        assert check_prepared(config) is None
+        assert hashed == [train_src]  # the touched file was hashed once ...
+        assert read_manifest(out)["inputs"]["files"]["train.src"]["mtime_ns"] == 1  # ... and its new stat recorded
+        assert check_prepared(config) is None
+        assert hashed == [train_src]  # so the next check does not hash it again
+    assert not [p for p in out.iterdir() if p.name.startswith(".")]  # no temporary manifest left behind
     lines = train_src.read_text().splitlines()
     lines[0] = "the cat sat on the mat"  # same size, new content
     train_src.write_text("\n".join(lines) + "\n")
