@@ -157,7 +157,8 @@ SetOption = typer.Option(
     None, "--set", metavar="SECTION.KEY=VALUE",
     help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
          "fields of rpr_mt/config.py; docs/configuration.md lists each with its default and meaning.")
-WHICH_HELP = "For a run directory: best, last or average (the averaged checkpoint). [default: best]"
+# No "[default: best]": typer's rich help reads square brackets as markup and drops them, and the default with them
+WHICH_HELP = "For a run directory: best (the default), last or average (the averaged checkpoint)."
 ProgressOption = typer.Option(
     None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 

@@ -276,6 +276,13 @@ def test_train_help_says_config_is_optional_and_where_set_keys_are():
     assert "docs/configuration.md" in text and (Path(__file__).parents[1] / "docs" / "configuration.md").is_file()
 
 
+@pytest.mark.parametrize("command", ["translate", "eval-bleu", "export"])
+def test_help_says_which_checkpoint_a_run_directory_gives_by_default(command):
+    # the default of --which is None (so that a given value can be told from the default); the help must say it
+    text = " ".join(run(command, "--help").output.replace("│", " ").split())
+    assert "--which" in text and "best (the default)" in text, text
+
+
 @pytest.mark.parametrize("command", [[], ["train"], ["prepare"], ["eval-bleu"], ["average-checkpoints"]])
 def test_help_shows_flags_without_a_type(command):
     result = run(*command, "--help")
