@@ -71,6 +71,26 @@ class SweepResults:
         return sorted({r["signature"] for r in self.results.values() if "signature" in r})
 
 
+# What the tables read of every finished run's result.json (rpr_mt.experiments.sweep.execute_run writes them all).
+RESULT_NUMBERS = ("dev_bleu", "test_bleu", "dev_chrf", "updates", "train_seconds")
+RESULT_DECODING = ("checkpoint", "beam_size", "length_penalty")
+
+
+def _check_result(path: Path, result: Any) -> dict[str, Any]:
+    """A run's result.json as the tables read it: a hand-edited or foreign file is a one-line error naming the file
+    and key, not a KeyError after half the report."""
+    if not isinstance(result, dict):
+        raise UserError(f"{path}: not a run's result (a JSON object); scripts/sweep.py writes it")
+    for key in (*RESULT_NUMBERS, *RESULT_DECODING):
+        if key not in result:
+            raise UserError(f"{path}: no '{key}': not the result of a finished run (scripts/sweep.py writes it "
+                            "after decoding dev and test)")
+    for key in RESULT_NUMBERS:
+        if isinstance(result[key], bool) or not isinstance(result[key], (int, float)):
+            raise UserError(f"{path}: '{key}' is {result[key]!r}, not a number")
+    return result
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -90,7 +110,7 @@ def load_sweep(root: str | Path) -> SweepResults:
     cells: dict[tuple[str, str], CellResults] = {}
     for run_dir, entry in plan["runs"].items():
         result_path = root / run_dir / "result.json"
-        result = _read_json(result_path) if result_path.is_file() else None
+        result = _check_result(result_path, _read_json(result_path)) if result_path.is_file() else None
         if result is not None:
             result = {**result, "update_tgt_tok_s": update_rate(root / run_dir)}
             results[run_dir] = result

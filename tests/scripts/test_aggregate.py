@@ -64,3 +64,23 @@ def test_paired_bootstrap_section_says_the_verdict_on_each_paper_claim(tmp_path,
     assert absolute.split(" | ")[-2:] in (["below base (-0.3)", "holds (1 seed) |"],
                                           ["below base (-0.3)", "within noise (1 seed) |"])
     assert "a level claim holds when no seed is significant" in section
+
+
+@pytest.mark.parametrize("content, fragment", [("[1, 2]", "not a run's result (a JSON object)"),
+                                               ("{}", "no 'dev_bleu'"),
+                                               (None, "'test_bleu' is None, not a number")])
+def test_a_result_json_that_is_not_a_runs_result_is_a_one_line_error(tmp_path, capsys, content, fragment):
+    """Valid JSON that is not a finished run's result (hand-edited, another tool's) gave a KeyError or TypeError
+    traceback from the middle of the report."""
+    import json
+
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    path = tmp_path / "sweep" / "base" / "seed2" / "result.json"
+    if content is None:
+        content = json.dumps({**json.loads(path.read_text()), "test_bleu": None})
+    path.write_text(content)
+    assert aggregate.main([str(tmp_path / "sweep")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"{path}: " in captured.err and fragment in captured.err
