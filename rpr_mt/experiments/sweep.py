@@ -296,9 +296,13 @@ def read_plan(root: str | Path) -> dict[str, Any] | None:
     """``<root>/plan.json``, or None when there is none yet."""
     path = Path(root) / "plan.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError) as exc:  # a hand-edited or half-written plan: say which file, not a traceback
         raise UserError(f"{path}: cannot read the sweep's plan ({exc})") from None
+    if plan is not None and not (isinstance(plan, dict) and isinstance(plan.get("runs"), dict)):
+        # valid JSON of another shape (another tool's file): planning would fail on it with an AttributeError
+        raise UserError(f"{path} is not a sweep plan (no 'runs' mapping); use another --root for a new sweep")
+    return plan
 
 
 def _base_settings(config_path: str | Path, overrides: list[str]) -> dict[str, Any]:

@@ -125,3 +125,15 @@ def test_study_seeds_given_again_add_to_the_first(tmp_path, monkeypatch):
     assert study.main(["configs/demo.yaml", "--root", str(tmp_path / "s"), "--seeds", "3", "1", "--seeds", "1", "2"]) == 0
     assert study.main(["configs/demo.yaml", "--root", str(tmp_path / "s")]) == 0
     assert asked == [[3, 1, 2], [1, 2]]
+
+
+def test_sweep_list_names_a_plan_that_is_json_but_not_a_plan(tmp_path):
+    """A plan.json of another shape ([] or another tool's object) was an AttributeError traceback."""
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "plan.json").write_text("[]")
+    listed = subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", str(root), "--tables",
+                             "positions", "--seeds", "1", "--list"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 2 and listed.stderr.count("\n") == 1, listed.stderr
+    assert f"{root / 'plan.json'} is not a sweep plan (no 'runs' mapping)" in listed.stderr
