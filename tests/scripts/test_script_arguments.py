@@ -137,3 +137,16 @@ def test_sweep_list_names_a_plan_that_is_json_but_not_a_plan(tmp_path):
                             timeout=120)
     assert listed.returncode == 2 and listed.stderr.count("\n") == 1, listed.stderr
     assert f"{root / 'plan.json'} is not a sweep plan (no 'runs' mapping)" in listed.stderr
+
+
+@pytest.mark.parametrize("under, fragment", [("", "is a file; give a directory"),
+                                             ("/r", "cannot create the directory (")])
+def test_sweep_list_refuses_a_root_that_cannot_be_one(tmp_path, under, fragment):
+    """--list printed one command per run for a --root that is a file (or under one): every command then failed."""
+    file = tmp_path / "notes.txt"
+    file.write_text("not a sweep")
+    listed = subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", f"{file}{under}",
+                             "--tables", "positions", "--seeds", "1", "--list"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 2 and listed.stdout == "" and listed.stderr.count("\n") == 1, listed.stderr
+    assert fragment in listed.stderr and "Traceback" not in listed.stderr
