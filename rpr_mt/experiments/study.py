@@ -212,7 +212,11 @@ def load_long_results(root: str | Path, runs: Sequence[str]) -> dict[str, dict[s
     for run in runs:
         path = Path(root) / run / "long_results.json"
         if path.is_file():
-            found[run] = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                found[run] = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:  # hand-edited, or cut short by a full disk
+                raise UserError(f"{path}: not readable JSON ({exc}); delete it and run the study again to "
+                                "rescore the run's long sets") from None
     return found
 
 
