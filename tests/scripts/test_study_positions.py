@@ -32,6 +32,20 @@ def report(root: Path) -> list[str]:
     return ["configs/multi30k_en_de_positions.yaml", "--root", str(root), "--report"]
 
 
+def test_long_columns_over_fewer_seeds_than_finished_say_so(tmp_path, capsys):
+    """A finished run without long_results.json (its long sets failed) was counted in the seeds column (2/2) while
+    the x2-x4 columns and the bucket table averaged the other seed alone, unmarked."""
+    study = load_script("scripts/study_positions.py")
+    study_root(tmp_path)
+    (tmp_path / "base" / "seed2" / "long_results.json").unlink()
+    assert study.main(report(tmp_path)) == 0
+    study_table, bucket_table = capsys.readouterr().out.split("\n\n")[:2]
+    rows = {line.split(" | ")[0].lstrip("| "): line.split(" | ") for line in study_table.splitlines()[2:]}
+    assert rows["Shaw k=16"][1] == "2/2" and rows["Shaw k=16"][6] == "41.00 (1 of 2 seeds)"
+    assert rows["absolute sinusoidal"][6].startswith("41.50 ± ") and "seeds)" not in rows["absolute sinusoidal"][6]
+    assert bucket_table.splitlines()[2:] == ["| absolute sinusoidal | 21.50 |", "| Shaw k=16 (1 of 2 seeds) | 21.00 |"]
+
+
 def test_an_unreadable_long_results_json_is_a_one_line_error(tmp_path, capsys):
     study = load_script("scripts/study_positions.py")
     study_root(tmp_path)
