@@ -119,7 +119,47 @@ def load_sweep(root: str | Path) -> SweepResults:
             cell.runs.append(run_dir)
             if result is not None:
                 cell.results.append(result)
+    check_comparable(root, results)
     return SweepResults(root, plan["config"], plan.get("overrides", []), cells, plan["runs"], results)
+
+
+def check_comparable(root: Path, results: dict[str, dict[str, Any]]) -> None:
+    """The finished runs (directory -> result.json) differ only in their cell's model settings and their seed, as
+    their run configs (``config.yaml``) say; else a UserError naming two runs and the first setting they differ in.
+    A root into which a run of another sweep was copied, or whose config was edited between seeds (roots planned
+    before plan.json recorded the settings), otherwise gave a mean ± std and differences over unlike runs. A result
+    written for other settings than its run's config.yaml (the run started again with others, not finished) is
+    refused too. Runs without a config.yaml are not checked."""
+    from rpr_mt.config import load_config
+    from rpr_mt.experiments.sweep import _differences, _setting, comparable_config, config_fingerprint
+
+    settings: dict[str, dict[str, Any]] = {}
+    for run, result in results.items():
+        path = root / run / "config.yaml"
+        if not path.is_file():
+            continue
+        cfg = load_config(path, user_given=False)
+        if "fingerprint" in result and result["fingerprint"] != config_fingerprint(cfg):
+            raise UserError(f"{root / run / 'result.json'} was written for other settings than {path} now holds "
+                            "(the run was started again with other settings and has not finished): finish it with "
+                            "scripts/sweep.py, or move the run out of the root")
+        raw = comparable_config(cfg)
+        raw["train"] = {key: value for key, value in raw["train"].items() if key != "seed"}
+        settings[run] = raw
+    first_of_name: dict[str, str] = {}
+    reference = next(iter(settings), None)
+    for run, raw in settings.items():
+        name = run.rsplit("/", 1)[0]  # the seeds of one run name: the same config
+        other = first_of_name.setdefault(name, run)
+        pairs = [(other, raw), (reference, {**raw, "model": settings[reference]["model"]})]  # all: the same but model
+        for against, mine in pairs:
+            changed = _differences(settings[against], mine) or _differences(mine, settings[against])
+            if changed:
+                key = changed[0][0]
+                raise UserError(f"{root / against} and {root / run} were trained with different {key} "
+                                f"({_setting(settings[against], key)} vs {_setting(raw, key)}): a sweep's runs "
+                                "differ only in their cell's model settings and seed, else its means and differences "
+                                "compare unlike runs; move the odd run out of the root, or train it again")
 
 
 def update_rate(run_dir: Path) -> float | None:

@@ -84,3 +84,48 @@ def test_a_result_json_that_is_not_a_runs_result_is_a_one_line_error(tmp_path, c
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert f"{path}: " in captured.err and fragment in captured.err
+
+
+def _with_run_configs(root, change: dict[str, list[str]] | None = None, stale: bool = False) -> None:
+    """A config.yaml in every finished run of ``sweep_with_hypotheses`` as the sweep writes it (demo config, the run's
+    overrides and seed) and its result's fingerprint to match; ``change``: run -> further overrides of its own (its
+    result made with them, or with ``stale`` before them)."""
+    import json
+
+    from rpr_mt.config import load_config, save_config
+    from rpr_mt.experiments.sweep import config_fingerprint
+
+    from . import REPO
+
+    plan = json.loads((root / "plan.json").read_text())
+    for result_path in root.glob("*/seed*/result.json"):
+        run = str(result_path.parent.relative_to(root))
+        entry = plan["runs"][run]
+        overrides = [*entry["overrides"], f"train.seed={entry['seed']}", f"train.run_dir={result_path.parent}"]
+        cfg = load_config(REPO / "configs" / "demo.yaml", [*overrides, *(change or {}).get(run, [])])
+        recorded = load_config(REPO / "configs" / "demo.yaml", overrides) if stale else cfg
+        result = {**json.loads(result_path.read_text()), "fingerprint": config_fingerprint(recorded)}
+        result_path.write_text(json.dumps(result))
+        save_config(cfg, result_path.parent / "config.yaml")
+
+
+@pytest.mark.parametrize("change, stale, fragment", [
+    ({"base/seed2": ["train.peak_lr=0.5"]}, False, "base/seed1 and {root}/base/seed2 were trained with different "
+                                                   "train.peak_lr (0.003 vs 0.5)"),
+    ({"positions=absolute/seed1": ["train.label_smoothing=0.3"]}, False, "were trained with different "
+                                                                         "train.label_smoothing (0.1 vs 0.3)"),
+    ({"base/seed1": ["model.dropout=0.25"]}, True, "base/seed1/result.json was written for other settings than"),
+])
+def test_runs_trained_with_other_settings_are_refused_not_averaged(tmp_path, capsys, change, stale, fragment):
+    """A run copied in from another sweep, or a config edited between seeds, was averaged with the others (mean ±
+    std over unlike runs); a run started again with other settings showed its old result as finished."""
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    _with_run_configs(tmp_path / "sweep")
+    assert aggregate.main([str(tmp_path / "sweep")]) == 0  # alike runs: the report as always
+    capsys.readouterr()
+    _with_run_configs(tmp_path / "sweep", change, stale)
+    assert aggregate.main([str(tmp_path / "sweep")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert fragment.format(root=tmp_path / "sweep") in captured.err
