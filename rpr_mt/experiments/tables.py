@@ -111,6 +111,12 @@ def load_sweep(root: str | Path) -> SweepResults:
     for run_dir, entry in plan["runs"].items():
         result_path = root / run_dir / "result.json"
         result = _check_result(result_path, _read_json(result_path)) if result_path.is_file() else None
+        if result is not None and (result.get("run", run_dir), result.get("seed", entry["seed"])) != (
+                run_dir, entry["seed"]):
+            # a run directory copied over another (seed1 into seed2): counted as a seed of its own, the mean and std
+            # would rest on one run twice
+            raise UserError(f"{result_path} is the result of {result.get('run')} (seed {result.get('seed')}), not of "
+                            f"{run_dir} (seed {entry['seed']}): a copied run directory? move it out of the root")
         if result is not None:
             result = {**result, "update_tgt_tok_s": update_rate(root / run_dir)}
             results[run_dir] = result

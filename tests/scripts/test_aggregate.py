@@ -129,3 +129,17 @@ def test_runs_trained_with_other_settings_are_refused_not_averaged(tmp_path, cap
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert fragment.format(root=tmp_path / "sweep") in captured.err
+
+
+def test_a_run_directory_copied_over_another_seed_is_refused(tmp_path, capsys):
+    """base/seed1 copied to base/seed2 was counted as a second seed: '2/2' and a std over one run twice."""
+    import shutil
+
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    shutil.rmtree(tmp_path / "sweep" / "base" / "seed2")
+    shutil.copytree(tmp_path / "sweep" / "base" / "seed1", tmp_path / "sweep" / "base" / "seed2")
+    assert aggregate.main([str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "base/seed2/result.json is the result of base/seed1 (seed 1), not of base/seed2 (seed 2)" in err
