@@ -150,3 +150,16 @@ def test_sweep_list_refuses_a_root_that_cannot_be_one(tmp_path, under, fragment)
                             text=True, timeout=120)
     assert listed.returncode == 2 and listed.stdout == "" and listed.stderr.count("\n") == 1, listed.stderr
     assert fragment in listed.stderr and "Traceback" not in listed.stderr
+
+
+def test_aggregate_refuses_a_plots_directory_under_a_file_before_writing_the_report(tmp_path, capsys):
+    """--plots under a file was a NotADirectoryError traceback, after --out had been written."""
+    aggregate = load_script("scripts/aggregate.py")
+    make_sweep_root(tmp_path / "sweep")
+    (tmp_path / "notes.txt").write_text("a file")
+    out = tmp_path / "report.md"
+    plots = tmp_path / "notes.txt" / "img"
+    assert aggregate.main([str(tmp_path / "sweep"), "--out", str(out), "--plots", str(plots)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot create the directory" in err and "is a file" in err
+    assert not out.exists()
