@@ -46,6 +46,11 @@ def check_outputs(root: str, out: str | None, plots: str | None) -> None:
             raise UserError(f"--out {out} would replace a file of the sweep it reads; choose another name")
     if plots is not None and Path(plots).exists() and not Path(plots).is_dir():
         raise UserError(f"--plots {plots} is a file; give a directory for the plots")
+    if plots is not None and not Path(plots).exists():  # made after the report is written: check it can be now
+        above = next(p for p in Path(plots).absolute().parents if p.exists())
+        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
+            raise UserError(f"--plots {plots}: cannot create the directory ({above} is "
+                            f"{'not writable' if above.is_dir() else 'a file'})")
 
 
 def main(argv: list[str] | None = None) -> int:

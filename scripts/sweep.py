@@ -22,7 +22,7 @@ sleep_waiting_openmp_threads()  # before torch loads: the runs train in this pro
 
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.experiments.sweep import (  # noqa: E402
-    PAPER_TABLES, TABLE_NAMES, check_plan, is_finished, plan_runs, read_plan, run_config, run_sweep)
+    PAPER_TABLES, TABLE_NAMES, check_plan, check_root, is_finished, plan_runs, read_plan, run_config, run_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -44,6 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     args.seeds = list(dict.fromkeys(args.seeds or [1, 2]))
     try:
         if args.list:
+            check_root(args.root, create=False)  # the commands it prints would all fail on a file
             check_plan(read_plan(args.root), args.root, args.config, args.overrides)  # as running it would
             runs = plan_runs(args.config, args.tables, args.seeds, args.overrides)
             unknown = sorted(set(args.only) - {run.directory for run in runs})

@@ -212,7 +212,11 @@ def load_long_results(root: str | Path, runs: Sequence[str]) -> dict[str, dict[s
     for run in runs:
         path = Path(root) / run / "long_results.json"
         if path.is_file():
-            found[run] = json.loads(path.read_text(encoding="utf-8"))
+            try:
+                found[run] = json.loads(path.read_text(encoding="utf-8"))
+            except (OSError, UnicodeDecodeError, ValueError) as exc:  # hand-edited, or cut short by a full disk
+                raise UserError(f"{path}: not readable JSON ({exc}); delete it and run the study again to "
+                                "rescore the run's long sets") from None
     return found
 
 
@@ -245,8 +249,12 @@ def render_study_table(sweep: Any, speeds: dict[str, Any] | None = None) -> str:
     for label, runs in rows:
         res = [sweep.results[r] for r in runs]
         longs = [long[r] for r in runs if r in long]
-        cols = [mean_std([x["sets"][f"test.x{f}"]["bleu"] for x in longs]) if longs else "" for f in (2, 3, 4)]
-        ratio = mean_std([x["sets"]["test.x4"]["length_ratio"] for x in longs], 3) if longs else ""
+        # a finished run whose long sets failed (or are still to come) has none: the seeds column counts it, so the
+        # long columns say over how many seeds they are
+        fewer = f" ({len(longs)} of {len(res)} seeds)" if longs and len(longs) < len(res) else ""
+        cols = [mean_std([x["sets"][f"test.x{f}"]["bleu"] for x in longs]) + fewer if longs else ""
+                for f in (2, 3, 4)]
+        ratio = mean_std([x["sets"]["test.x4"]["length_ratio"] for x in longs], 3) + fewer if longs else ""
         if speeds is not None:
             measured = speeds.get(label)
             speed = (f"{measured['ratio']:.3f} ({measured['range'][0]:.3f}-{measured['range'][1]:.3f})"
@@ -286,10 +294,14 @@ def render_bucket_table(sweep: Any, split: str = "test") -> str:
     labels, rows = bucket_table(sweep, split)
     if not rows:
         return ""
+    long = load_long_results(sweep.root, list(sweep.results))
+    seeds = {label: (sum(r in long for r in runs), len(runs)) for label, runs in _scheme_rows(sweep)}
     lines = ["| scheme | " + " | ".join(f"{split} {label}" for label in labels) + " |",
              "|---|" + "---:|" * len(labels)]
     for label, means in rows:
-        lines.append(f"| {label} | " + " | ".join("-" if m is None else f"{m:.2f}" for m in means) + " |")
+        have, finished = seeds[label]  # as the study table: a mean over fewer seeds than finished says so
+        shown = f"{label} ({have} of {finished} seeds)" if have < finished else label
+        lines.append(f"| {shown} | " + " | ".join("-" if m is None else f"{m:.2f}" for m in means) + " |")
     return "\n".join(lines) + "\n"
 
 

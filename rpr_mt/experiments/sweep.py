@@ -296,9 +296,13 @@ def read_plan(root: str | Path) -> dict[str, Any] | None:
     """``<root>/plan.json``, or None when there is none yet."""
     path = Path(root) / "plan.json"
     try:
-        return json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
+        plan = json.loads(path.read_text(encoding="utf-8")) if path.is_file() else None
     except (OSError, ValueError) as exc:  # a hand-edited or half-written plan: say which file, not a traceback
         raise UserError(f"{path}: cannot read the sweep's plan ({exc})") from None
+    if plan is not None and not (isinstance(plan, dict) and isinstance(plan.get("runs"), dict)):
+        # valid JSON of another shape (another tool's file): planning would fail on it with an AttributeError
+        raise UserError(f"{path} is not a sweep plan (no 'runs' mapping); use another --root for a new sweep")
+    return plan
 
 
 def _base_settings(config_path: str | Path, overrides: list[str]) -> dict[str, Any]:
@@ -320,12 +324,20 @@ def _setting(settings: dict[str, Any], dotted: str) -> Any:
     return value
 
 
-def check_root(root: str | Path) -> None:
+def check_root(root: str | Path, create: bool = True) -> None:
     """The sweep root must be a directory or creatable as one (before any run is planned or trained): ``--root`` given
-    a file, or a path under a file, is a ``UserError`` naming it, not a FileExistsError from mkdir."""
+    a file, or a path under a file, is a ``UserError`` naming it, not a FileExistsError from mkdir. ``create=False``
+    (``--list``, which writes nothing) checks the same without making the directory."""
     root = Path(root)
     if root.exists() and not root.is_dir():
         raise UserError(f"--root {root} is a file; give a directory for the sweep (new, or one a sweep made)")
+    if not create:
+        above = next(p for p in (root.absolute(), *root.absolute().parents) if p.exists())
+        if not above.is_dir():
+            raise UserError(f"--root {root}: cannot create the directory ({above} is a file)")
+        if above != root.absolute() and not os.access(above, os.W_OK | os.X_OK):
+            raise UserError(f"--root {root}: cannot create the directory (Permission denied: {above})")
+        return
     try:
         root.mkdir(parents=True, exist_ok=True)
     except OSError as exc:  # a file further up, or no permission

@@ -71,6 +71,26 @@ class SweepResults:
         return sorted({r["signature"] for r in self.results.values() if "signature" in r})
 
 
+# What the tables read of every finished run's result.json (rpr_mt.experiments.sweep.execute_run writes them all).
+RESULT_NUMBERS = ("dev_bleu", "test_bleu", "dev_chrf", "updates", "train_seconds")
+RESULT_DECODING = ("checkpoint", "beam_size", "length_penalty")
+
+
+def _check_result(path: Path, result: Any) -> dict[str, Any]:
+    """A run's result.json as the tables read it: a hand-edited or foreign file is a one-line error naming the file
+    and key, not a KeyError after half the report."""
+    if not isinstance(result, dict):
+        raise UserError(f"{path}: not a run's result (a JSON object); scripts/sweep.py writes it")
+    for key in (*RESULT_NUMBERS, *RESULT_DECODING):
+        if key not in result:
+            raise UserError(f"{path}: no '{key}': not the result of a finished run (scripts/sweep.py writes it "
+                            "after decoding dev and test)")
+    for key in RESULT_NUMBERS:
+        if isinstance(result[key], bool) or not isinstance(result[key], (int, float)):
+            raise UserError(f"{path}: '{key}' is {result[key]!r}, not a number")
+    return result
+
+
 def _read_json(path: Path) -> Any:
     try:
         return json.loads(path.read_text(encoding="utf-8"))
@@ -90,7 +110,13 @@ def load_sweep(root: str | Path) -> SweepResults:
     cells: dict[tuple[str, str], CellResults] = {}
     for run_dir, entry in plan["runs"].items():
         result_path = root / run_dir / "result.json"
-        result = _read_json(result_path) if result_path.is_file() else None
+        result = _check_result(result_path, _read_json(result_path)) if result_path.is_file() else None
+        if result is not None and (result.get("run", run_dir), result.get("seed", entry["seed"])) != (
+                run_dir, entry["seed"]):
+            # a run directory copied over another (seed1 into seed2): counted as a seed of its own, the mean and std
+            # would rest on one run twice
+            raise UserError(f"{result_path} is the result of {result.get('run')} (seed {result.get('seed')}), not of "
+                            f"{run_dir} (seed {entry['seed']}): a copied run directory? move it out of the root")
         if result is not None:
             result = {**result, "update_tgt_tok_s": update_rate(root / run_dir)}
             results[run_dir] = result
@@ -99,7 +125,47 @@ def load_sweep(root: str | Path) -> SweepResults:
             cell.runs.append(run_dir)
             if result is not None:
                 cell.results.append(result)
+    check_comparable(root, results)
     return SweepResults(root, plan["config"], plan.get("overrides", []), cells, plan["runs"], results)
+
+
+def check_comparable(root: Path, results: dict[str, dict[str, Any]]) -> None:
+    """The finished runs (directory -> result.json) differ only in their cell's model settings and their seed, as
+    their run configs (``config.yaml``) say; else a UserError naming two runs and the first setting they differ in.
+    A root into which a run of another sweep was copied, or whose config was edited between seeds (roots planned
+    before plan.json recorded the settings), otherwise gave a mean ± std and differences over unlike runs. A result
+    written for other settings than its run's config.yaml (the run started again with others, not finished) is
+    refused too. Runs without a config.yaml are not checked."""
+    from rpr_mt.config import load_config
+    from rpr_mt.experiments.sweep import _differences, _setting, comparable_config, config_fingerprint
+
+    settings: dict[str, dict[str, Any]] = {}
+    for run, result in results.items():
+        path = root / run / "config.yaml"
+        if not path.is_file():
+            continue
+        cfg = load_config(path, user_given=False)
+        if "fingerprint" in result and result["fingerprint"] != config_fingerprint(cfg):
+            raise UserError(f"{root / run / 'result.json'} was written for other settings than {path} now holds "
+                            "(the run was started again with other settings and has not finished): finish it with "
+                            "scripts/sweep.py, or move the run out of the root")
+        raw = comparable_config(cfg)
+        raw["train"] = {key: value for key, value in raw["train"].items() if key != "seed"}
+        settings[run] = raw
+    first_of_name: dict[str, str] = {}
+    reference = next(iter(settings), None)
+    for run, raw in settings.items():
+        name = run.rsplit("/", 1)[0]  # the seeds of one run name: the same config
+        other = first_of_name.setdefault(name, run)
+        pairs = [(other, raw), (reference, {**raw, "model": settings[reference]["model"]})]  # all: the same but model
+        for against, mine in pairs:
+            changed = _differences(settings[against], mine) or _differences(mine, settings[against])
+            if changed:
+                key = changed[0][0]
+                raise UserError(f"{root / against} and {root / run} were trained with different {key} "
+                                f"({_setting(settings[against], key)} vs {_setting(raw, key)}): a sweep's runs "
+                                "differ only in their cell's model settings and seed, else its means and differences "
+                                "compare unlike runs; move the odd run out of the root, or train it again")
 
 
 def update_rate(run_dir: Path) -> float | None:

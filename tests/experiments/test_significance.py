@@ -69,6 +69,8 @@ def test_cells_without_a_base_run_of_their_seed_are_not_compared(tmp_path):
     plan = json.loads(plan_path.read_text())
     plan["runs"]["positions=absolute/seed1"]["seed"] = 3  # as if it had been seed 3, which has no base run
     plan_path.write_text(json.dumps(plan))
+    result_path = tmp_path / "sweep" / "positions=absolute" / "seed1" / "result.json"  # its result says so too
+    result_path.write_text(json.dumps({**json.loads(result_path.read_text()), "seed": 3}))
     table = render_significance_table(load_sweep(tmp_path / "sweep"), "dev", data_dir=tmp_path / "data", n_samples=50)
     assert "| absolute | 0 | – | – | below base (-0.3) | – |" in table
     # No base run: said in the report (whose tables and plots are still wanted), not an error that drops them all

@@ -64,3 +64,82 @@ def test_paired_bootstrap_section_says_the_verdict_on_each_paper_claim(tmp_path,
     assert absolute.split(" | ")[-2:] in (["below base (-0.3)", "holds (1 seed) |"],
                                           ["below base (-0.3)", "within noise (1 seed) |"])
     assert "a level claim holds when no seed is significant" in section
+
+
+@pytest.mark.parametrize("content, fragment", [("[1, 2]", "not a run's result (a JSON object)"),
+                                               ("{}", "no 'dev_bleu'"),
+                                               (None, "'test_bleu' is None, not a number")])
+def test_a_result_json_that_is_not_a_runs_result_is_a_one_line_error(tmp_path, capsys, content, fragment):
+    """Valid JSON that is not a finished run's result (hand-edited, another tool's) gave a KeyError or TypeError
+    traceback from the middle of the report."""
+    import json
+
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    path = tmp_path / "sweep" / "base" / "seed2" / "result.json"
+    if content is None:
+        content = json.dumps({**json.loads(path.read_text()), "test_bleu": None})
+    path.write_text(content)
+    assert aggregate.main([str(tmp_path / "sweep")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"{path}: " in captured.err and fragment in captured.err
+
+
+def _with_run_configs(root, change: dict[str, list[str]] | None = None, stale: bool = False) -> None:
+    """A config.yaml in every finished run of ``sweep_with_hypotheses`` as the sweep writes it (demo config, the run's
+    overrides and seed) and its result's fingerprint to match; ``change``: run -> further overrides of its own (its
+    result made with them, or with ``stale`` before them)."""
+    import json
+
+    from rpr_mt.config import load_config, save_config
+    from rpr_mt.experiments.sweep import config_fingerprint
+
+    from . import REPO
+
+    plan = json.loads((root / "plan.json").read_text())
+    for result_path in root.glob("*/seed*/result.json"):
+        run = str(result_path.parent.relative_to(root))
+        entry = plan["runs"][run]
+        overrides = [*entry["overrides"], f"train.seed={entry['seed']}", f"train.run_dir={result_path.parent}"]
+        cfg = load_config(REPO / "configs" / "demo.yaml", [*overrides, *(change or {}).get(run, [])])
+        recorded = load_config(REPO / "configs" / "demo.yaml", overrides) if stale else cfg
+        result = {**json.loads(result_path.read_text()), "fingerprint": config_fingerprint(recorded)}
+        result_path.write_text(json.dumps(result))
+        save_config(cfg, result_path.parent / "config.yaml")
+
+
+@pytest.mark.parametrize("change, stale, fragment", [
+    ({"base/seed2": ["train.peak_lr=0.5"]}, False, "base/seed1 and {root}/base/seed2 were trained with different "
+                                                   "train.peak_lr (0.003 vs 0.5)"),
+    ({"positions=absolute/seed1": ["train.label_smoothing=0.3"]}, False, "were trained with different "
+                                                                         "train.label_smoothing (0.1 vs 0.3)"),
+    ({"base/seed1": ["model.dropout=0.25"]}, True, "base/seed1/result.json was written for other settings than"),
+])
+def test_runs_trained_with_other_settings_are_refused_not_averaged(tmp_path, capsys, change, stale, fragment):
+    """A run copied in from another sweep, or a config edited between seeds, was averaged with the others (mean ±
+    std over unlike runs); a run started again with other settings showed its old result as finished."""
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    _with_run_configs(tmp_path / "sweep")
+    assert aggregate.main([str(tmp_path / "sweep")]) == 0  # alike runs: the report as always
+    capsys.readouterr()
+    _with_run_configs(tmp_path / "sweep", change, stale)
+    assert aggregate.main([str(tmp_path / "sweep")]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert fragment.format(root=tmp_path / "sweep") in captured.err
+
+
+def test_a_run_directory_copied_over_another_seed_is_refused(tmp_path, capsys):
+    """base/seed1 copied to base/seed2 was counted as a second seed: '2/2' and a std over one run twice."""
+    import shutil
+
+    aggregate = load_script("scripts/aggregate.py")
+    sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")
+    shutil.rmtree(tmp_path / "sweep" / "base" / "seed2")
+    shutil.copytree(tmp_path / "sweep" / "base" / "seed1", tmp_path / "sweep" / "base" / "seed2")
+    assert aggregate.main([str(tmp_path / "sweep")]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1
+    assert "base/seed2/result.json is the result of base/seed1 (seed 1), not of base/seed2 (seed 2)" in err

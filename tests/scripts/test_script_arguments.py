@@ -125,3 +125,41 @@ def test_study_seeds_given_again_add_to_the_first(tmp_path, monkeypatch):
     assert study.main(["configs/demo.yaml", "--root", str(tmp_path / "s"), "--seeds", "3", "1", "--seeds", "1", "2"]) == 0
     assert study.main(["configs/demo.yaml", "--root", str(tmp_path / "s")]) == 0
     assert asked == [[3, 1, 2], [1, 2]]
+
+
+def test_sweep_list_names_a_plan_that_is_json_but_not_a_plan(tmp_path):
+    """A plan.json of another shape ([] or another tool's object) was an AttributeError traceback."""
+    root = tmp_path / "r"
+    root.mkdir()
+    (root / "plan.json").write_text("[]")
+    listed = subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", str(root), "--tables",
+                             "positions", "--seeds", "1", "--list"], cwd=REPO, capture_output=True, text=True,
+                            timeout=120)
+    assert listed.returncode == 2 and listed.stderr.count("\n") == 1, listed.stderr
+    assert f"{root / 'plan.json'} is not a sweep plan (no 'runs' mapping)" in listed.stderr
+
+
+@pytest.mark.parametrize("under, fragment", [("", "is a file; give a directory"),
+                                             ("/r", "cannot create the directory (")])
+def test_sweep_list_refuses_a_root_that_cannot_be_one(tmp_path, under, fragment):
+    """--list printed one command per run for a --root that is a file (or under one): every command then failed."""
+    file = tmp_path / "notes.txt"
+    file.write_text("not a sweep")
+    listed = subprocess.run([sys.executable, "scripts/sweep.py", "configs/demo.yaml", "--root", f"{file}{under}",
+                             "--tables", "positions", "--seeds", "1", "--list"], cwd=REPO, capture_output=True,
+                            text=True, timeout=120)
+    assert listed.returncode == 2 and listed.stdout == "" and listed.stderr.count("\n") == 1, listed.stderr
+    assert fragment in listed.stderr and "Traceback" not in listed.stderr
+
+
+def test_aggregate_refuses_a_plots_directory_under_a_file_before_writing_the_report(tmp_path, capsys):
+    """--plots under a file was a NotADirectoryError traceback, after --out had been written."""
+    aggregate = load_script("scripts/aggregate.py")
+    make_sweep_root(tmp_path / "sweep")
+    (tmp_path / "notes.txt").write_text("a file")
+    out = tmp_path / "report.md"
+    plots = tmp_path / "notes.txt" / "img"
+    assert aggregate.main([str(tmp_path / "sweep"), "--out", str(out), "--plots", str(plots)]) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "cannot create the directory" in err and "is a file" in err
+    assert not out.exists()
