@@ -19,7 +19,7 @@ import os
 import sys
 from pathlib import Path
 
-from rpr_mt.errors import UserError
+from rpr_mt.errors import UserError, check_creatable_directory
 from rpr_mt.experiments.lengths import length_table, plot_length_table, render_length_table
 from rpr_mt.experiments.significance import check_baseline, render_significance_table
 from rpr_mt.experiments.tables import load_sweep, plot, render_markdown
@@ -44,13 +44,8 @@ def check_outputs(root: str, out: str | None, plots: str | None) -> None:
         read = [Path(root) / "plan.json", *Path(root).glob("*/result.json"), *Path(root).glob("*/*/result.json")]
         if any(target.resolve() == path.resolve() for path in read):
             raise UserError(f"--out {out} would replace a file of the sweep it reads; choose another name")
-    if plots is not None and Path(plots).exists() and not Path(plots).is_dir():
-        raise UserError(f"--plots {plots} is a file; give a directory for the plots")
-    if plots is not None and not Path(plots).exists():  # made after the report is written: check it can be now
-        above = next(p for p in Path(plots).absolute().parents if p.exists())
-        if not above.is_dir() or not os.access(above, os.W_OK | os.X_OK):
-            raise UserError(f"--plots {plots}: cannot create the directory ({above} is "
-                            f"{'not writable' if above.is_dir() else 'a file'})")
+    if plots is not None:  # made after the report is written: check it can be now
+        check_creatable_directory(plots, "--plots")
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -26,7 +26,7 @@ from rpr_mt.host import sleep_waiting_openmp_threads
 
 sleep_waiting_openmp_threads()  # before torch loads: the runs train in this process (rpr_mt/host.py)
 
-from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.errors import UserError, check_creatable_directory  # noqa: E402
 from rpr_mt.experiments.study import BASELINE  # noqa: E402
 
 
@@ -69,6 +69,8 @@ def main(argv: list[str] | None = None) -> int:
         from rpr_mt.experiments.tables import load_sweep
 
         if args.report:
+            if args.plot:  # written after the tables: a place it cannot go is said before them
+                check_creatable_directory(Path(args.plot).parent, f"--plot {args.plot}: its directory")
             sweep = load_sweep(args.root)
             if not any(table == "schemes" for table, _ in sweep.cells):
                 raise UserError(f"{args.root} holds no position-study runs (its plan has no 'schemes' cells); "

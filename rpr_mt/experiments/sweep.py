@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config
-from rpr_mt.errors import UserError
+from rpr_mt.errors import UserError, check_creatable_directory
 from rpr_mt.provenance import code_version
 
 TABLE_NAMES = ("positions", "clip", "key_value", "schemes")
@@ -332,11 +332,7 @@ def check_root(root: str | Path, create: bool = True) -> None:
     if root.exists() and not root.is_dir():
         raise UserError(f"--root {root} is a file; give a directory for the sweep (new, or one a sweep made)")
     if not create:
-        above = next(p for p in (root.absolute(), *root.absolute().parents) if p.exists())
-        if not above.is_dir():
-            raise UserError(f"--root {root}: cannot create the directory ({above} is a file)")
-        if above != root.absolute() and not os.access(above, os.W_OK | os.X_OK):
-            raise UserError(f"--root {root}: cannot create the directory (Permission denied: {above})")
+        check_creatable_directory(root, "--root")
         return
     try:
         root.mkdir(parents=True, exist_ok=True)

@@ -54,3 +54,15 @@ def test_an_unreadable_long_results_json_is_a_one_line_error(tmp_path, capsys):
     assert study.main(report(tmp_path)) == 2
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and f"{path}: not readable JSON" in err
+
+
+def test_a_plot_under_a_file_is_refused_before_the_tables(tmp_path, capsys):
+    """--plot is drawn after the tables are printed: a path under a file was a FileExistsError traceback then."""
+    study = load_script("scripts/study_positions.py")
+    study_root(tmp_path / "study")
+    (tmp_path / "notes.txt").write_text("a file")
+    plot = tmp_path / "notes.txt" / "bleu.png"
+    assert study.main(report(tmp_path / "study") + ["--plot", str(plot)]) == 2
+    captured = capsys.readouterr()
+    assert captured.out == "" and captured.err.count("\n") == 1
+    assert f"--plot {plot}: its directory {tmp_path / 'notes.txt'} is a file" in captured.err
