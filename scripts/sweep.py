@@ -39,6 +39,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
     parser.add_argument("--list", action="store_true", help="print one command per run and its state; run nothing")
     args = parser.parse_args(argv)
+    args.only = [name.rstrip("/") for name in args.only]  # base/seed1/, as a shell completes a directory
     # given twice (--seeds 1 2 --seeds 2 3), a table or seed is planned once; --list prints each once
     args.tables = list(dict.fromkeys(args.tables or PAPER_TABLES))
     args.seeds = list(dict.fromkeys(args.seeds or [1, 2]))

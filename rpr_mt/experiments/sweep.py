@@ -461,7 +461,7 @@ def run_sweep(
     starts: work that follows a run, such as the study's long sets, is then done run by run, not left to the end."""
     overrides = list(overrides or [])
     runs = plan_runs(config_path, tables, seeds, overrides)
-    wanted = set(only or [])
+    wanted = {name.rstrip("/") for name in only or []}  # base/seed1/, as a shell completes a directory
     unknown = wanted - {run.directory for run in runs}
     if unknown:  # before the plan is written: a typo must leave the root as it was
         raise UserError(f"--only {sorted(unknown)[0]!r} is not a run of this sweep (the runs: "

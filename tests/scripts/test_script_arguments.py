@@ -62,6 +62,8 @@ def test_sweep_list_takes_only_and_plans_a_repeated_seed_or_table_once(tmp_path)
     assert listed.returncode == 0, listed.stderr
     assert [line for line in listed.stdout.splitlines() if line.startswith("#")] == [
         "# base/seed2: to do (positions relative)"]
+    completed = sweep("--seeds", "1", "2", "--list", "--only", "base/seed2/")  # as a shell completes a directory
+    assert completed.returncode == 0 and completed.stdout == listed.stdout, completed.stderr
     unknown = sweep("--seeds", "1", "--list", "--only", "base/seed9")
     assert unknown.returncode == 2 and "no such run" in unknown.stderr and "Traceback" not in unknown.stderr
     # a seed given twice (repeated flags accumulate: --seeds 1 2 --seeds 2 3) is planned once, in its first place
