@@ -181,7 +181,9 @@ class TrainConfig:
     save_every: int = 1000  # updates between checkpoints
     keep_last: int = 5  # checkpoints kept besides the best one
     validate_every: int = 1000  # updates between validations (dev loss and, if valid_bleu, dev BLEU)
-    valid_bleu: bool = True  # decode the dev set at validation and report sacreBLEU
+    # decode the dev set at validation and report its BLEU: sacreBLEU, or on data.multi30k_text: tok the Multi30k
+    # literature's BLEU of the text as it is (rpr_mt.train.validation.dev_bleu)
+    valid_bleu: bool = True
     valid_max_sentences: Optional[int] = 500  # decode only the first N dev sentences (null = all)
     valid_beam_size: int = 1  # beam for validation BLEU (1 = greedy: fast; final scores use decode.beam_size)
     # stop after this many validations without a better dev BLEU (or the same BLEU at a lower dev NLL; the dev NLL
