@@ -65,8 +65,8 @@ class DataConfig:
     # train only on pairs of at most this many pieces a side (without eos); dev/test and the prepared data keep all
     # (length extrapolation: the study tests on inputs longer than any seen in training)
     max_train_tokens: Optional[int] = None
-    max_words: int = 250  # cleaning: drop pairs with more whitespace words than this on either side
-    max_length_ratio: float = 3.0  # cleaning: drop pairs whose word-count ratio exceeds this
+    max_words: int = 250  # cleaning: drop training pairs with more whitespace words than this on either side
+    max_length_ratio: float = 3.0  # cleaning: drop training pairs whose word-count ratio exceeds this
     dedup: bool = False  # cleaning: drop exact duplicate training pairs
     vocab_size: int = 8000  # joint SentencePiece vocabulary (paper WMT: 32768)
     spm_model_type: Literal["bpe", "unigram"] = "bpe"  # SentencePiece algorithm
