@@ -356,7 +356,8 @@ def eval_bleu(
     pretokenized: bool = typer.Option(
         False, "--pretokenized",
         help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
-        "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text)."),
+        "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text; a "
+        "raw --ref is tokenized)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
@@ -433,6 +434,15 @@ def eval_bleu(
         hypotheses = read_lines(str(hyp))
         hyp_name = str(hyp)
     references = read_lines(str(ref))
+    if checkpoint is not None and pretokenized:
+        from rpr_mt.evaluate import looks_untokenized
+
+        if any(looks_untokenized(line) for line in references):  # a raw --ref, e.g. Multi30k's test.de.gz
+            # scored as it is, it met the model's tokenized text: literature BLEU 0 instead of the model's score
+            pretokenized = False
+            _stderr(f"note: {ref} is raw text and this model translates into Multi30k's tokenized text: the "
+                    "literature BLEU tokenizes the reference as the dataset's script does (prep:lc.norm.tok); "
+                    "sacreBLEU and chrF compare the tokenized translations with the raw reference")
     scores = score(hypotheses, references, lang=lang, pretokenized=pretokenized, hyp_name=hyp_name, ref_name=str(ref))
     typer.echo(format_scores(scores, as_json=as_json))
 

@@ -468,6 +468,37 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
     assert seen[-1][0] == "A man rides a bike." and "looked like raw text" not in result.output
 
 
+def test_eval_bleu_of_a_tokenized_multi30k_model_against_a_raw_reference(tmp_path, monkeypatch):
+    """Such a model translates into Multi30k's tokenized text; with a raw --ref (the dataset's test.de.gz) the
+    literature BLEU was scored as if the reference were tokenized too (prep:pretokenized: 0 where the translations
+    were perfect). The raw reference is now tokenized as the dataset's script does, and that is said."""
+    from rpr_mt.decode import translate
+
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    data = tmp_path / "data"
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de", output_dir=str(data))
+    model = tmp_path / "tok_model.pt"
+    ckpt.save_checkpoint(payload, model)
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}))
+    (data / "test.en").write_text("a child with the number &quot; 93 &quot; skis .\ntwo dogs play .\n")
+    tokenized = ["ein kind mit der nummer &quot; 93 &quot; fährt ski .", "zwei hunde spielen ."]
+    (data / "test.de").write_text("\n".join(tokenized) + "\n")
+    raw = tmp_path / "test.de"
+    raw.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nZwei Hunde spielen.\n')
+    monkeypatch.setattr(translate, "translate_lines", lambda *args, **kwargs: list(tokenized))
+    result = run("eval-bleu", "--checkpoint", str(model), "--json")  # the split's own (tokenized) reference
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output.splitlines()[-1])
+    assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("pretokenized")
+    result = run("eval-bleu", "--checkpoint", str(model), "--ref", str(raw), "--json")
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output.splitlines()[-1])
+    assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("lc.norm.tok")
+    assert f"note: {raw} is raw text" in result.output
+
+
 def test_an_interrupted_translation_keeps_its_finished_lines_in_a_partial_file(tmp_path, monkeypatch):
     """translate writes window by window; stopped midway (Ctrl-C, an error), the lines done so far are kept in
     OUTPUT.partial and an existing OUTPUT is left as it was."""
