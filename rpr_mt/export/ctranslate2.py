@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import torch
 
-from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict
+from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict, is_pretokenized
 from rpr_mt.data.vocab import MODEL_FILE
 from rpr_mt.errors import UserError
 from rpr_mt.model.positions import describe_positions
@@ -363,6 +363,8 @@ def export_ctranslate2(
             "decode": config_to_dict(config.decode),
             "src_lang": config.data.src_lang,  # sentence splitting's rules (ExportedTranslator.translate_lines)
             "tgt_lang": config.data.tgt_lang,
+            # trained on Multi30k's tok/ text: translate_lines tokenizes raw-looking input as `rpr-mt translate` does
+            "pretokenized": is_pretokenized(config.data),
         }
         (staged / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         _fsync_tree(staged)
