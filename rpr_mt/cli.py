@@ -434,9 +434,9 @@ def eval_bleu(
         hypotheses = read_lines(str(hyp))
         hyp_name = str(hyp)
     references = read_lines(str(ref))
-    if checkpoint is not None and pretokenized:
-        from rpr_mt.evaluate import looks_untokenized
+    from rpr_mt.evaluate import looks_untokenized
 
+    if checkpoint is not None and pretokenized:
         if any(looks_untokenized(line) for line in references):  # a raw --ref, e.g. Multi30k's test.de.gz
             # scored as it is, it met the model's tokenized text: literature BLEU 0 instead of the model's score
             pretokenized = False
@@ -444,6 +444,16 @@ def eval_bleu(
                     "literature BLEU tokenizes the reference as the dataset's script does (prep:lc.norm.tok); "
                     "sacreBLEU and chrF compare the tokenized translations with the raw reference")
     scores = score(hypotheses, references, lang=lang, pretokenized=pretokenized, hyp_name=hyp_name, ref_name=str(ref))
+    if checkpoint is None and not pretokenized:  # once scored: no warning before a one-line error
+        # a tok model's translations (translate writes them tokenized) against raw references: sacreBLEU, chrF and
+        # the tokenized BLEU compare lowercased, tokenized text with cased, raw text, and look like a failed model
+        raw_refs = sum(1 for line in references if looks_untokenized(line))
+        if raw_refs > len(references) / 2 and any(line.strip() for line in hypotheses) \
+                and not any(looks_untokenized(line) for line in hypotheses):
+            _stderr(f"warning: {hyp} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text: "
+                    "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
+                    "the references and is the comparable number (or score against the tok/ reference with "
+                    "--pretokenized)")
     typer.echo(format_scores(scores, as_json=as_json))
 
 

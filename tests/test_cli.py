@@ -119,8 +119,27 @@ def test_eval_bleu_reports_the_literature_bleu_raw_or_pretokenized(tmp_path):
     result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json", "--pretokenized")
     scores = json.loads(result.output.strip().splitlines()[-1])
     assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("|prep:pretokenized")
-    # without the flag, escaped text is escaped again ("&amp;quot;") on both sides: still 100 here, but labelled so
+    # without the flag, lines already tokenized are taken as they are: the same literature BLEU
     assert "Multi30k lit. BLEU" in run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)).output
+
+
+def test_eval_bleu_warns_of_tokenized_hypotheses_scored_against_raw_references(tmp_path):
+    """A tok model's translations (translate writes them lowercased and tokenized) against the raw references gave
+    sacreBLEU 6.82 where the literature BLEU was 33.04, with nothing said: the first number read looked like a
+    failed model. Raw against raw, or tokenized against tokenized, says nothing."""
+    ref, hyp, tok = tmp_path / "ref.de", tmp_path / "hyp.txt", tmp_path / "tok.de"
+    ref.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nZwei Hunde spielen.\n', encoding="utf-8")
+    hyp.write_text("ein kind mit der nummer &quot; 93 &quot; fährt ski .\nzwei hunde spielen .\n", encoding="utf-8")
+    tok.write_text(hyp.read_text(encoding="utf-8"), encoding="utf-8")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json")
+    assert result.exit_code == 0, result.output
+    assert f"warning: {hyp} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text" \
+        in result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["lc_tok_bleu"] == pytest.approx(100.0)
+    for args in (["--hyp", str(ref), "--ref", str(ref)], ["--hyp", str(hyp), "--ref", str(tok), "--pretokenized"],
+                 ["--hyp", str(hyp), "--ref", str(tok)]):
+        result = run("eval-bleu", *args, "--lang", "de")
+        assert result.exit_code == 0 and "warning" not in result.output, result.output
 
 
 def test_average_of_identical_checkpoints_is_that_checkpoint(tmp_path):
