@@ -502,10 +502,12 @@ def average_checkpoints_command(
                         "choose another name, e.g. checkpoint_avg.pt")
     _check_output(str(output), "--output", inputs=paths, text=False)
     if output.exists() or output.is_symlink():  # in a finished run, checkpoint_avg.pt is the one result.json scored
+        # what it is first: "pass --force" for a file that --force then refuses to replace would mislead
+        if not ckpt.is_checkpoint_file(output):
+            raise UserError(f"--output {output} exists and is not an rpr-mt checkpoint; refusing to replace it "
+                            "(even with --force): give another file name")
         if not force:
             raise UserError(f"--output {output} already exists; pass --force to replace it")
-        if not ckpt.is_checkpoint_file(output):
-            raise UserError(f"--output {output} exists and is not an rpr-mt checkpoint; refusing to replace it")
     averaged = ckpt.average_checkpoints(paths, report=_stderr)
     ckpt.save_checkpoint(averaged, output)
     names = [Path(path).name for path in averaged["averaged_from"]]  # by update, as averaged

@@ -181,9 +181,10 @@ def test_average_checkpoints_replaces_an_existing_output_only_with_force(tmp_pat
     assert ckpt.load_checkpoint(default)["averaged_steps"] == [2, 3]
     text = tmp_path / "notes.pt"
     text.write_text("not a checkpoint\n")
-    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text)), "pass --force")
-    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text), "--force"),
-                          f"--output {text} exists and is not an rpr-mt checkpoint; refusing to replace it")
+    # not "pass --force" first, which --force would then refuse
+    for force in ([], ["--force"]):
+        assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text), *force),
+                              f"--output {text} exists and is not an rpr-mt checkpoint; refusing to replace it")
     assert text.read_text() == "not a checkpoint\n"
 
 

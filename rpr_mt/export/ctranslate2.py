@@ -324,10 +324,12 @@ def export_ctranslate2(
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")
     output = Path(output)
     if output.exists() or output.is_symlink():
+        # what it is first: "pass --force" for a path that --force then refuses to replace would mislead
+        if not _looks_like_ctranslate2_model(output):
+            raise UserError(f"{output} exists and is not a CTranslate2 model directory; refusing to replace it "
+                            "(even with --force): give another --output")
         if not force:
             raise UserError(f"{output} already exists; pass --force to replace it")
-        if not _looks_like_ctranslate2_model(output):
-            raise UserError(f"{output} exists and is not a CTranslate2 model directory; refusing to replace it")
     ancestor = output.parent  # missing directories are created below it, so it must be one (checked before work)
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
