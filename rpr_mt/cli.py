@@ -158,7 +158,8 @@ SetOption = typer.Option(
     help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
          "fields of rpr_mt/config.py; docs/configuration.md lists each with its default and meaning.")
 # No "[default: best]": typer's rich help reads square brackets as markup and drops them, and the default with them
-WHICH_HELP = "For a run directory: best (the default), last or average (the averaged checkpoint)."
+WHICH_HELP = ("For a run directory: best (the default), last or average (the averaged checkpoint). While a run has no "
+              "best checkpoint yet, best loads its newest numbered one.")
 ProgressOption = typer.Option(
     None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 
@@ -605,19 +606,24 @@ def _device(name: str):
 
 def _which(checkpoint: Path, which: Optional[str]) -> str:
     """The --which to use (best when not given), with a word on stderr where the choice may surprise: a value given
-    with a checkpoint file, where it is not used; or a run directory's best checkpoint loaded by default while the
-    run also has an averaged one that is not older (train.average_last writes it at the end of training, and the
-    run's scores in result.json and the docs are of that average)."""
+    with a checkpoint file, where it is not used; best asked of a run directory without one (its newest numbered
+    checkpoint is loaded); or a run directory's best checkpoint loaded by default while the run also has an averaged
+    one that is not older (train.average_last writes it at the end of training, and the run's scores in result.json
+    and the docs are of that average)."""
     from rpr_mt import checkpoints as ckpt
 
     path = Path(checkpoint)
     if which is not None and path.is_file():
         _stderr(f"warning: --which {which} chooses within a run directory; {checkpoint} is a checkpoint file and is "
                 "used as it is")
-    if which is None and path.is_dir():
+    if which in (None, "best") and path.is_dir():
         folder = ckpt.checkpoint_folder(path)
         best, average = folder / "checkpoint_best.pt", folder / "checkpoint_avg.pt"
-        if best.is_file() and average.is_file() and average.stat().st_mtime >= best.stat().st_mtime:
+        if not best.is_file() and ckpt.numbered_checkpoints_in(folder):  # resolve_checkpoint's fallback, said
+            _stderr(f"note: {folder} has no checkpoint_best.pt (no validation has saved one yet); loading its newest "
+                    "numbered checkpoint, as --which last")
+        elif which is None and best.is_file() and average.is_file() \
+                and average.stat().st_mtime >= best.stat().st_mtime:
             _stderr(f"note: {checkpoint} has an averaged checkpoint newer than its best one; loading the best one "
                     "(the default), --which average loads the average")
     return which or "best"

@@ -303,6 +303,25 @@ def test_help_says_which_checkpoint_a_run_directory_gives_by_default(command):
     assert "--which" in text and "best (the default)" in text, text
 
 
+def test_best_of_a_run_without_a_best_checkpoint_is_said_to_be_the_newest(tmp_path):
+    """A run that has not validated yet has no checkpoint_best.pt: best (the default) silently loaded the newest
+    numbered checkpoint, which --help did not say. It is said, for the default and for --which best."""
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    folder = ckpt.checkpoint_dir(tmp_path / "run")
+    folder.mkdir(parents=True)
+    for step in (4, 8):
+        ckpt.save_checkpoint(ckpt.load_checkpoint(fixture), folder / f"checkpoint_{step:08d}.pt")
+    note = f"note: {folder} has no checkpoint_best.pt (no validation has saved one yet); loading its newest numbered"
+    for which in ([], ["--which", "best"]):
+        result = runner.invoke(app, ["translate", "--checkpoint", str(tmp_path / "run"), "--beam-size", "1", *which],
+                               input="a\n")
+        assert result.exit_code == 0, result.output
+        assert note in result.output and "checkpoint_00000008.pt" in result.output
+    result = runner.invoke(app, ["translate", "--checkpoint", str(tmp_path / "run"), "--beam-size", "1", "--which",
+                                 "last"], input="a\n")
+    assert result.exit_code == 0 and note not in result.output, result.output
+
+
 @pytest.mark.parametrize("command", [[], ["train"], ["prepare"], ["eval-bleu"], ["average-checkpoints"]])
 def test_help_shows_flags_without_a_type(command):
     result = run(*command, "--help")
