@@ -429,7 +429,7 @@ def eval_bleu(
             raise UserError(f"{flag} goes with --checkpoint (it changes how that model translates)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
         lang = lang or language_from_path(ref)
-        if lang is None:
+        if lang is None and not pretokenized:  # pretokenized text is not tokenized again: no language needed
             raise UserError(f"cannot tell the target language from the name {ref.name} (its suffix is not a language "
                             "code, as in test.de or test.de.gz); pass --lang, e.g. --lang de")
         hypotheses = read_lines(str(hyp))
@@ -444,7 +444,8 @@ def eval_bleu(
             _stderr(f"note: {ref} is raw text and this model translates into Multi30k's tokenized text: the "
                     "literature BLEU tokenizes the reference as the dataset's script does (prep:lc.norm.tok); "
                     "sacreBLEU and chrF compare the tokenized translations with the raw reference")
-    scores = score(hypotheses, references, lang=lang, pretokenized=pretokenized, hyp_name=hyp_name, ref_name=str(ref))
+    scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
+                   ref_name=str(ref))
     if checkpoint is None and not pretokenized:  # once scored: no warning before a one-line error
         # a tok model's translations (translate writes them tokenized) against raw references: sacreBLEU, chrF and
         # the tokenized BLEU compare lowercased, tokenized text with cased, raw text, and look like a failed model

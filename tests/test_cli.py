@@ -234,6 +234,12 @@ def test_eval_bleu_asks_for_lang_when_the_suffix_is_not_a_language(tmp_path):
     hyp.write_text("a\n", encoding="utf-8")
     ref.write_text("a\n", encoding="utf-8")
     assert_one_line_error(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)), "pass --lang")
+    # --pretokenized text is not tokenized again, so no language is needed (it was asked for all the same)
+    for path in (hyp, ref):
+        path.write_text("zwei hunde spielen im schnee .\n", encoding="utf-8")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--pretokenized", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["lc_tok_bleu"] == pytest.approx(100.0)
 
 
 def test_version_is_the_package_version():
