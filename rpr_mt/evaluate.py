@@ -109,6 +109,16 @@ def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], int]:
     return out, len(raw)
 
 
+def _as_multi30k_tok(lines: list[str], lang: str) -> list[str]:
+    """``lines`` as Multi30k's tok/ text: as they are when none looks raw (a model trained on that text translates
+    into it, and tokenizing it again splits its escapes apart), else all of them lowercased, normalized and
+    tokenized. Decided for the whole file, not line by line, so that a raw file's scores do not depend on which of
+    its lines happen to look tokenized."""
+    if any(line.strip() and looks_untokenized(line) for line in lines):
+        return lowercase_normalize_tokenize(lines, lang)
+    return list(lines)
+
+
 def score(
     hypotheses: list[str],
     references: list[str],
@@ -120,8 +130,8 @@ def score(
 ) -> dict[str, Any]:
     """Score ``hypotheses`` against line-aligned ``references`` in target language ``lang``: detokenized raw text,
     or, with ``pretokenized``, text that is already Multi30k's lowercased, normalized, tokenized text (both sides).
-    Without it, the literature's BLEU still takes the lines that already look tokenized as they are
-    (``tokenize_untokenized``), so a ``tok`` model's translations can be scored against the raw references.
+    Without it, the literature's BLEU still takes a side none of whose lines looks raw as it is
+    (``_as_multi30k_tok``), so a ``tok`` model's translations can be scored against the raw references.
 
     Returns ``{"sacrebleu", "sacrebleu_signature", "sacrebleu_detail", "chrf", "chrf_signature",
     "tok_bleu_compound_split", "tok_bleu_description", "lc_tok_bleu", "lc_tok_bleu_signature", "lines"}`` (scores
@@ -148,9 +158,7 @@ def score(
         lc_hyp, lc_ref = hypotheses, references
     else:
         tok_hyp, tok_ref = tokenize_for_bleu(hypotheses, lang), tokenize_for_bleu(references, lang)
-        # A model trained on Multi30k's tok/ text translates into that text (rpr-mt translate's output): its lines are
-        # scored as they are against the raw references made into it, not tokenized twice (escapes split apart).
-        (lc_hyp, _), (lc_ref, _) = tokenize_untokenized(hypotheses, lang), tokenize_untokenized(references, lang)
+        lc_hyp, lc_ref = _as_multi30k_tok(hypotheses, lang), _as_multi30k_tok(references, lang)
     tok_result = tok_bleu.corpus_score(tok_hyp, [tok_ref])
     lc_result = tok_bleu.corpus_score(lc_hyp, [lc_ref])
     prep = LC_TOK_PRETOKENIZED if pretokenized else LC_TOK_PREP.format(lang=lang)

@@ -129,8 +129,12 @@ def test_literature_bleu_of_tokenized_hypotheses_against_raw_references() -> Non
     hyps = lowercase_normalize_tokenize(refs, "de")
     assert "&quot;" in hyps[0]
     assert score(hyps, refs, lang="de")["lc_tok_bleu"] == pytest.approx(100.0)
-    # the same text given raw still goes through the preprocessing, line by line
-    assert score([hyps[0], refs[1]], refs, lang="de")["lc_tok_bleu"] == pytest.approx(100.0)
+    # raw text still goes through the preprocessing, every line of it: a raw line that happens to look tokenized
+    # (lowercase, German quotes) is normalized with the rest of its file, as its tokenized reference was
+    raw = ["Zwei Hunde spielen im Schnee.", "zwei hunde spielen im „schnee“"]
+    tokenized = ["zwei hunde spielen im schnee .", "zwei hunde spielen im &quot; schnee &quot;"]
+    assert score(raw, tokenized, lang="de")["lc_tok_bleu"] == pytest.approx(100.0)
+    assert score(tokenized, raw, lang="de")["lc_tok_bleu"] == pytest.approx(100.0)
 
 
 def test_pretokenized_text_is_scored_as_it_is() -> None:
