@@ -321,10 +321,18 @@ def _stored_step(path: Path) -> int | None:
     return step if isinstance(step, int) else None
 
 
-def _different_model(payload: dict[str, Any], reference: dict[str, Any]) -> bool:
-    return (payload["vocab"]["fingerprint"] != reference["vocab"]["fingerprint"]
-            # a setting the position scheme ignores may change when a run resumes (rpr_mt.train.run_dir)
-            or model_settings_read(payload["config"]["model"]) != model_settings_read(reference["config"]["model"]))
+def _different_model(payload: dict[str, Any], reference: dict[str, Any]) -> str | None:
+    """What makes ``payload`` another model than ``reference`` (for the error: which of several keys, or the
+    vocabulary), or None when they can be averaged."""
+    if payload["vocab"]["fingerprint"] != reference["vocab"]["fingerprint"]:
+        return "another SentencePiece vocabulary"
+    # a setting the position scheme ignores may change when a run resumes (rpr_mt.train.run_dir)
+    ours, theirs = model_settings_read(payload["config"]["model"]), model_settings_read(reference["config"]["model"])
+    keys = [key for key in sorted(set(ours) | set(theirs)) if ours.get(key) != theirs.get(key)]
+    if not keys:
+        return None
+    return ", ".join(f"model.{key} {ours.get(key)!r} against {theirs.get(key)!r}" for key in keys[:3]) + \
+        (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def _refuse_repeats(paths: list[Path]) -> list[int | None]:
@@ -346,8 +354,10 @@ def _refuse_repeats(paths: list[Path]) -> list[int | None]:
         if earlier is path:
             continue
         first, second = load_checkpoint(earlier), load_checkpoint(path)
-        if _different_model(second, first):  # the error for mismatched models, as below
-            raise UserError(f"{path} has a different model config or vocabulary than {earlier}; cannot average")
+        difference = _different_model(second, first)
+        if difference:  # the error for mismatched models, as below
+            raise UserError(f"{path} has a different model config or vocabulary than {earlier} ({difference}); "
+                            "cannot average")
         a, b = first["model"], second["model"]
         if a.keys() == b.keys() and all(torch.equal(a[key], b[key]) for key in a):
             raise UserError(f"{earlier} and {path} are the same checkpoint (update {step}, identical weights): list "
@@ -382,8 +392,10 @@ def average_checkpoints(paths: list[Path], report: Callable[[str], None] | None 
         payload = newest if index == len(paths) - 1 else load_checkpoint(path)
         if report is not None:
             report(f"loaded {path} ({describe_checkpoint(payload)})")
-        if _different_model(payload, newest):
-            raise UserError(f"{path} has a different model config or vocabulary than {paths[-1]}; cannot average")
+        difference = _different_model(payload, newest)
+        if difference:
+            raise UserError(f"{path} has a different model config or vocabulary than {paths[-1]} ({difference}); "
+                            "cannot average")
         validated = payload.get("dev") or payload.get("dev_lengths") or {}
         if validated.get("length_ratio_p01") is not None:  # the newest one wins: inputs run oldest first
             lengths = {"step": validated.get("step", payload.get("step")),

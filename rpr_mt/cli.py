@@ -158,7 +158,8 @@ SetOption = typer.Option(
     help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
          "fields of rpr_mt/config.py; docs/configuration.md lists each with its default and meaning.")
 # No "[default: best]": typer's rich help reads square brackets as markup and drops them, and the default with them
-WHICH_HELP = "For a run directory: best (the default), last or average (the averaged checkpoint)."
+WHICH_HELP = ("For a run directory: best (the default), last or average (the averaged checkpoint). While a run has no "
+              "best checkpoint yet, best loads its newest numbered one.")
 ProgressOption = typer.Option(
     None, "--progress/--no-progress", help="Progress bar on stderr (default: only when stderr is a terminal).")
 
@@ -356,7 +357,8 @@ def eval_bleu(
     pretokenized: bool = typer.Option(
         False, "--pretokenized",
         help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
-        "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text)."),
+        "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text; a "
+        "raw --ref is tokenized)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
@@ -427,13 +429,33 @@ def eval_bleu(
             raise UserError(f"{flag} goes with --checkpoint (it changes how that model translates)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
         lang = lang or language_from_path(ref)
-        if lang is None:
+        if lang is None and not pretokenized:  # pretokenized text is not tokenized again: no language needed
             raise UserError(f"cannot tell the target language from the name {ref.name} (its suffix is not a language "
                             "code, as in test.de or test.de.gz); pass --lang, e.g. --lang de")
         hypotheses = read_lines(str(hyp))
         hyp_name = str(hyp)
     references = read_lines(str(ref))
-    scores = score(hypotheses, references, lang=lang, pretokenized=pretokenized, hyp_name=hyp_name, ref_name=str(ref))
+    from rpr_mt.evaluate import looks_untokenized
+
+    if checkpoint is not None and pretokenized:
+        if any(looks_untokenized(line) for line in references):  # a raw --ref, e.g. Multi30k's test.de.gz
+            # scored as it is, it met the model's tokenized text: literature BLEU 0 instead of the model's score
+            pretokenized = False
+            _stderr(f"note: {ref} is raw text and this model translates into Multi30k's tokenized text: the "
+                    "literature BLEU tokenizes the reference as the dataset's script does (prep:lc.norm.tok); "
+                    "sacreBLEU and chrF compare the tokenized translations with the raw reference")
+    scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
+                   ref_name=str(ref))
+    if checkpoint is None and not pretokenized:  # once scored: no warning before a one-line error
+        # a tok model's translations (translate writes them tokenized) against raw references: sacreBLEU, chrF and
+        # the tokenized BLEU compare lowercased, tokenized text with cased, raw text, and look like a failed model
+        raw_refs = sum(1 for line in references if looks_untokenized(line))
+        if raw_refs > len(references) / 2 and any(line.strip() for line in hypotheses) \
+                and not any(looks_untokenized(line) for line in hypotheses):
+            _stderr(f"warning: {hyp} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text: "
+                    "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
+                    "the references and is the comparable number (or score against the tok/ reference with "
+                    "--pretokenized)")
     typer.echo(format_scores(scores, as_json=as_json))
 
 
@@ -482,10 +504,12 @@ def average_checkpoints_command(
                         "choose another name, e.g. checkpoint_avg.pt")
     _check_output(str(output), "--output", inputs=paths, text=False)
     if output.exists() or output.is_symlink():  # in a finished run, checkpoint_avg.pt is the one result.json scored
+        # what it is first: "pass --force" for a file that --force then refuses to replace would mislead
+        if not ckpt.is_checkpoint_file(output):
+            raise UserError(f"--output {output} exists and is not an rpr-mt checkpoint; refusing to replace it "
+                            "(even with --force): give another file name")
         if not force:
             raise UserError(f"--output {output} already exists; pass --force to replace it")
-        if not ckpt.is_checkpoint_file(output):
-            raise UserError(f"--output {output} exists and is not an rpr-mt checkpoint; refusing to replace it")
     averaged = ckpt.average_checkpoints(paths, report=_stderr)
     ckpt.save_checkpoint(averaged, output)
     names = [Path(path).name for path in averaged["averaged_from"]]  # by update, as averaged
@@ -583,19 +607,24 @@ def _device(name: str):
 
 def _which(checkpoint: Path, which: Optional[str]) -> str:
     """The --which to use (best when not given), with a word on stderr where the choice may surprise: a value given
-    with a checkpoint file, where it is not used; or a run directory's best checkpoint loaded by default while the
-    run also has an averaged one that is not older (train.average_last writes it at the end of training, and the
-    run's scores in result.json and the docs are of that average)."""
+    with a checkpoint file, where it is not used; best asked of a run directory without one (its newest numbered
+    checkpoint is loaded); or a run directory's best checkpoint loaded by default while the run also has an averaged
+    one that is not older (train.average_last writes it at the end of training, and the run's scores in result.json
+    and the docs are of that average)."""
     from rpr_mt import checkpoints as ckpt
 
     path = Path(checkpoint)
     if which is not None and path.is_file():
         _stderr(f"warning: --which {which} chooses within a run directory; {checkpoint} is a checkpoint file and is "
                 "used as it is")
-    if which is None and path.is_dir():
+    if which in (None, "best") and path.is_dir():
         folder = ckpt.checkpoint_folder(path)
         best, average = folder / "checkpoint_best.pt", folder / "checkpoint_avg.pt"
-        if best.is_file() and average.is_file() and average.stat().st_mtime >= best.stat().st_mtime:
+        if not best.is_file() and ckpt.numbered_checkpoints_in(folder):  # resolve_checkpoint's fallback, said
+            _stderr(f"note: {folder} has no checkpoint_best.pt (no validation has saved one yet); loading its newest "
+                    "numbered checkpoint, as --which last")
+        elif which is None and best.is_file() and average.is_file() \
+                and average.stat().st_mtime >= best.stat().st_mtime:
             _stderr(f"note: {checkpoint} has an averaged checkpoint newer than its best one; loading the best one "
                     "(the default), --which average loads the average")
     return which or "best"

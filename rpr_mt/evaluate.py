@@ -80,6 +80,45 @@ def lowercase_normalize_tokenize(lines: list[str], lang: str) -> list[str]:
             for line in lines]
 
 
+# Moses escapes & | < > ' " [ ]: tokenized text holds these entities and never the bare characters.
+_ESCAPE = re.compile(r"&(?:amp|quot|apos|lt|gt|#91|#93|#124);")
+_BARE = re.compile(r"""["'<>|\[\]]|&(?!(?:amp|quot|apos|lt|gt|#91|#93|#124);)""")
+# A word followed directly by punctuation and then a space or the end ("bike." "red,"): tokenized text separates
+# them. Abbreviations and initials ("e.s.e.", "st.") keep their full stops in tokenized text, hence the two letters.
+_ATTACHED = re.compile(r"[^\W\d_]{2}[.,!?;:](?:\s|$)")
+
+
+def looks_untokenized(line: str) -> bool:
+    """Whether ``line`` looks like raw text rather than Multi30k's tokenized text: a capital letter, a bare quote,
+    apostrophe, bracket or ampersand, or a word with punctuation attached; never a line holding Moses' escapes."""
+    if _ESCAPE.search(line):
+        return False
+    return line != line.lower() or bool(_BARE.search(line)) or bool(_ATTACHED.search(line))
+
+
+def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], int]:
+    """``lines`` with those that look raw lowercased, normalized and tokenized as Multi30k's tok/ files are (the
+    others as they are: tokenizing that text again is not a no-op, ``&quot;`` becomes ``&amp; quot ;``), and how
+    many were changed that way."""
+    raw = [i for i, line in enumerate(lines) if line.strip() and looks_untokenized(line)]
+    if not raw:
+        return list(lines), 0
+    out = list(lines)
+    for i, tokenized in zip(raw, lowercase_normalize_tokenize([lines[i] for i in raw], lang)):
+        out[i] = tokenized
+    return out, len(raw)
+
+
+def _as_multi30k_tok(lines: list[str], lang: str) -> list[str]:
+    """``lines`` as Multi30k's tok/ text: as they are when none looks raw (a model trained on that text translates
+    into it, and tokenizing it again splits its escapes apart), else all of them lowercased, normalized and
+    tokenized. Decided for the whole file, not line by line, so that a raw file's scores do not depend on which of
+    its lines happen to look tokenized."""
+    if any(line.strip() and looks_untokenized(line) for line in lines):
+        return lowercase_normalize_tokenize(lines, lang)
+    return list(lines)
+
+
 def score(
     hypotheses: list[str],
     references: list[str],
@@ -91,6 +130,8 @@ def score(
 ) -> dict[str, Any]:
     """Score ``hypotheses`` against line-aligned ``references`` in target language ``lang``: detokenized raw text,
     or, with ``pretokenized``, text that is already Multi30k's lowercased, normalized, tokenized text (both sides).
+    Without it, the literature's BLEU still takes a side none of whose lines looks raw as it is
+    (``_as_multi30k_tok``), so a ``tok`` model's translations can be scored against the raw references.
 
     Returns ``{"sacrebleu", "sacrebleu_signature", "sacrebleu_detail", "chrf", "chrf_signature",
     "tok_bleu_compound_split", "tok_bleu_description", "lc_tok_bleu", "lc_tok_bleu_signature", "lines"}`` (scores
@@ -117,7 +158,7 @@ def score(
         lc_hyp, lc_ref = hypotheses, references
     else:
         tok_hyp, tok_ref = tokenize_for_bleu(hypotheses, lang), tokenize_for_bleu(references, lang)
-        lc_hyp, lc_ref = lowercase_normalize_tokenize(hypotheses, lang), lowercase_normalize_tokenize(references, lang)
+        lc_hyp, lc_ref = _as_multi30k_tok(hypotheses, lang), _as_multi30k_tok(references, lang)
     tok_result = tok_bleu.corpus_score(tok_hyp, [tok_ref])
     lc_result = tok_bleu.corpus_score(lc_hyp, [lc_ref])
     prep = LC_TOK_PRETOKENIZED if pretokenized else LC_TOK_PREP.format(lang=lang)

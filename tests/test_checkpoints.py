@@ -157,6 +157,23 @@ def test_checkpoints_either_side_of_a_resume_that_changed_an_ignored_setting_ave
         average_checkpoints([_saved(tmp_path, 250, model={"positions": "relative", "clip": 4}), shaw])
 
 
+def test_refusing_to_average_two_models_says_what_differs(tmp_path):
+    """'has a different model config or vocabulary' left the user to diff two configs of ~20 keys each (two lit_search
+    runs differed only in model.dropout): the message names the keys, or the vocabulary."""
+    from rpr_mt.checkpoints import average_checkpoints
+
+    base = _saved(tmp_path, 200, model={"d_model": 4, "dropout": 0.3})
+    other = _saved(tmp_path, 100, model={"d_model": 4, "dropout": 0.2})
+    with pytest.raises(UserError, match=r"\(model\.dropout 0\.2 against 0\.3\); cannot average$"):
+        average_checkpoints([other, base])
+    payload = ckpt.load_checkpoint(other)
+    payload["config"]["model"]["dropout"] = 0.3
+    payload["vocab"]["fingerprint"] = "y" * 64
+    ckpt.save_checkpoint(payload, other)
+    with pytest.raises(UserError, match=r"\(another SentencePiece vocabulary\); cannot average$"):
+        average_checkpoints([other, base])
+
+
 def test_a_checkpoint_listed_twice_is_refused(tmp_path):
     """The same file twice was averaged as two ('average of 2 checkpoints, updates 6000..6000'): it weighed twice."""
     from rpr_mt.checkpoints import average_checkpoints

@@ -119,8 +119,27 @@ def test_eval_bleu_reports_the_literature_bleu_raw_or_pretokenized(tmp_path):
     result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json", "--pretokenized")
     scores = json.loads(result.output.strip().splitlines()[-1])
     assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("|prep:pretokenized")
-    # without the flag, escaped text is escaped again ("&amp;quot;") on both sides: still 100 here, but labelled so
+    # without the flag, lines already tokenized are taken as they are: the same literature BLEU
     assert "Multi30k lit. BLEU" in run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)).output
+
+
+def test_eval_bleu_warns_of_tokenized_hypotheses_scored_against_raw_references(tmp_path):
+    """A tok model's translations (translate writes them lowercased and tokenized) against the raw references gave
+    sacreBLEU 6.82 where the literature BLEU was 33.04, with nothing said: the first number read looked like a
+    failed model. Raw against raw, or tokenized against tokenized, says nothing."""
+    ref, hyp, tok = tmp_path / "ref.de", tmp_path / "hyp.txt", tmp_path / "tok.de"
+    ref.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nZwei Hunde spielen.\n', encoding="utf-8")
+    hyp.write_text("ein kind mit der nummer &quot; 93 &quot; fährt ski .\nzwei hunde spielen .\n", encoding="utf-8")
+    tok.write_text(hyp.read_text(encoding="utf-8"), encoding="utf-8")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json")
+    assert result.exit_code == 0, result.output
+    assert f"warning: {hyp} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text" \
+        in result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["lc_tok_bleu"] == pytest.approx(100.0)
+    for args in (["--hyp", str(ref), "--ref", str(ref)], ["--hyp", str(hyp), "--ref", str(tok), "--pretokenized"],
+                 ["--hyp", str(hyp), "--ref", str(tok)]):
+        result = run("eval-bleu", *args, "--lang", "de")
+        assert result.exit_code == 0 and "warning" not in result.output, result.output
 
 
 def test_average_of_identical_checkpoints_is_that_checkpoint(tmp_path):
@@ -162,9 +181,10 @@ def test_average_checkpoints_replaces_an_existing_output_only_with_force(tmp_pat
     assert ckpt.load_checkpoint(default)["averaged_steps"] == [2, 3]
     text = tmp_path / "notes.pt"
     text.write_text("not a checkpoint\n")
-    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text)), "pass --force")
-    assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text), "--force"),
-                          f"--output {text} exists and is not an rpr-mt checkpoint; refusing to replace it")
+    # not "pass --force" first, which --force would then refuse
+    for force in ([], ["--force"]):
+        assert_one_line_error(run("average-checkpoints", str(tmp_path), "--last", "3", "-o", str(text), *force),
+                              f"--output {text} exists and is not an rpr-mt checkpoint; refusing to replace it")
     assert text.read_text() == "not a checkpoint\n"
 
 
@@ -214,6 +234,12 @@ def test_eval_bleu_asks_for_lang_when_the_suffix_is_not_a_language(tmp_path):
     hyp.write_text("a\n", encoding="utf-8")
     ref.write_text("a\n", encoding="utf-8")
     assert_one_line_error(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref)), "pass --lang")
+    # --pretokenized text is not tokenized again, so no language is needed (it was asked for all the same)
+    for path in (hyp, ref):
+        path.write_text("zwei hunde spielen im schnee .\n", encoding="utf-8")
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--pretokenized", "--json")
+    assert result.exit_code == 0, result.output
+    assert json.loads(result.output.strip().splitlines()[-1])["lc_tok_bleu"] == pytest.approx(100.0)
 
 
 def test_version_is_the_package_version():
@@ -281,6 +307,25 @@ def test_help_says_which_checkpoint_a_run_directory_gives_by_default(command):
     # the default of --which is None (so that a given value can be told from the default); the help must say it
     text = " ".join(run(command, "--help").output.replace("│", " ").split())
     assert "--which" in text and "best (the default)" in text, text
+
+
+def test_best_of_a_run_without_a_best_checkpoint_is_said_to_be_the_newest(tmp_path):
+    """A run that has not validated yet has no checkpoint_best.pt: best (the default) silently loaded the newest
+    numbered checkpoint, which --help did not say. It is said, for the default and for --which best."""
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    folder = ckpt.checkpoint_dir(tmp_path / "run")
+    folder.mkdir(parents=True)
+    for step in (4, 8):
+        ckpt.save_checkpoint(ckpt.load_checkpoint(fixture), folder / f"checkpoint_{step:08d}.pt")
+    note = f"note: {folder} has no checkpoint_best.pt (no validation has saved one yet); loading its newest numbered"
+    for which in ([], ["--which", "best"]):
+        result = runner.invoke(app, ["translate", "--checkpoint", str(tmp_path / "run"), "--beam-size", "1", *which],
+                               input="a\n")
+        assert result.exit_code == 0, result.output
+        assert note in result.output and "checkpoint_00000008.pt" in result.output
+    result = runner.invoke(app, ["translate", "--checkpoint", str(tmp_path / "run"), "--beam-size", "1", "--which",
+                                 "last"], input="a\n")
+    assert result.exit_code == 0 and note not in result.output, result.output
 
 
 @pytest.mark.parametrize("command", [[], ["train"], ["prepare"], ["eval-bleu"], ["average-checkpoints"]])
@@ -466,6 +511,37 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
                  "--no-tokenize")
     assert result.exit_code == 0, result.output
     assert seen[-1][0] == "A man rides a bike." and "looked like raw text" not in result.output
+
+
+def test_eval_bleu_of_a_tokenized_multi30k_model_against_a_raw_reference(tmp_path, monkeypatch):
+    """Such a model translates into Multi30k's tokenized text; with a raw --ref (the dataset's test.de.gz) the
+    literature BLEU was scored as if the reference were tokenized too (prep:pretokenized: 0 where the translations
+    were perfect). The raw reference is now tokenized as the dataset's script does, and that is said."""
+    from rpr_mt.decode import translate
+
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    data = tmp_path / "data"
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de", output_dir=str(data))
+    model = tmp_path / "tok_model.pt"
+    ckpt.save_checkpoint(payload, model)
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}))
+    (data / "test.en").write_text("a child with the number &quot; 93 &quot; skis .\ntwo dogs play .\n")
+    tokenized = ["ein kind mit der nummer &quot; 93 &quot; fährt ski .", "zwei hunde spielen ."]
+    (data / "test.de").write_text("\n".join(tokenized) + "\n")
+    raw = tmp_path / "test.de"
+    raw.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nZwei Hunde spielen.\n')
+    monkeypatch.setattr(translate, "translate_lines", lambda *args, **kwargs: list(tokenized))
+    result = run("eval-bleu", "--checkpoint", str(model), "--json")  # the split's own (tokenized) reference
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output.splitlines()[-1])
+    assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("pretokenized")
+    result = run("eval-bleu", "--checkpoint", str(model), "--ref", str(raw), "--json")
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output.splitlines()[-1])
+    assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["lc_tok_bleu_signature"].endswith("lc.norm.tok")
+    assert f"note: {raw} is raw text" in result.output
 
 
 def test_an_interrupted_translation_keeps_its_finished_lines_in_a_partial_file(tmp_path, monkeypatch):

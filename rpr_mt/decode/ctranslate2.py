@@ -171,13 +171,20 @@ class ExportedTranslator:
 
     # -- text -------------------------------------------------------------------------------------------------------
 
-    def translate_lines(self, lines: Sequence[str], decode: Optional[DecodeConfig] = None) -> list[str]:
+    def translate_lines(
+        self, lines: Sequence[str], decode: Optional[DecodeConfig] = None, tokenize: bool = True
+    ) -> list[str]:
         """``rpr-mt translate``'s output for ``lines`` (the format of ``rpr_mt.decode.translate``, sentence splitting
         included): one line per input, or with nbest N > 1, N lines ``index<TAB>score<TAB>text`` each; empty inputs
-        stay empty. All sentences of all lines are searched as one job."""
+        stay empty. All sentences of all lines are searched as one job. A model trained on Multi30k's tokenized text
+        gets the lines that look raw tokenized as that text is, as translate gives them (``tokenize=False``: as
+        ``--no-tokenize``, the lines as they are)."""
+        from rpr_mt.decode.pretokenize import tokenize_untokenized
         from rpr_mt.decode.translate import format_outputs, sentence_units
 
         decode = decode or self.decode
+        if tokenize and self.info.get("pretokenized"):  # exports from before it was recorded: lines as they are
+            lines, _ = tokenize_untokenized(list(lines), self.info["src_lang"])
         # exports from before the languages were recorded split with the segmenter's default rules
         texts, owners = sentence_units(list(lines), decode.split_sentences, self.info.get("src_lang"))
         units = [u for u, text in enumerate(texts) if self.vocab.encode(text)]

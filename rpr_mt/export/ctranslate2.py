@@ -39,7 +39,7 @@ from typing import TYPE_CHECKING, Any, Optional
 import numpy as np
 import torch
 
-from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict
+from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict, is_pretokenized
 from rpr_mt.data.vocab import MODEL_FILE
 from rpr_mt.errors import UserError
 from rpr_mt.model.positions import describe_positions
@@ -324,10 +324,12 @@ def export_ctranslate2(
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")
     output = Path(output)
     if output.exists() or output.is_symlink():
+        # what it is first: "pass --force" for a path that --force then refuses to replace would mislead
+        if not _looks_like_ctranslate2_model(output):
+            raise UserError(f"{output} exists and is not a CTranslate2 model directory; refusing to replace it "
+                            "(even with --force): give another --output")
         if not force:
             raise UserError(f"{output} already exists; pass --force to replace it")
-        if not _looks_like_ctranslate2_model(output):
-            raise UserError(f"{output} exists and is not a CTranslate2 model directory; refusing to replace it")
     ancestor = output.parent  # missing directories are created below it, so it must be one (checked before work)
     while not ancestor.exists() and ancestor != ancestor.parent:
         ancestor = ancestor.parent
@@ -363,6 +365,8 @@ def export_ctranslate2(
             "decode": config_to_dict(config.decode),
             "src_lang": config.data.src_lang,  # sentence splitting's rules (ExportedTranslator.translate_lines)
             "tgt_lang": config.data.tgt_lang,
+            # trained on Multi30k's tok/ text: translate_lines tokenizes raw-looking input as `rpr-mt translate` does
+            "pretokenized": is_pretokenized(config.data),
         }
         (staged / EXPORT_INFO_FILE).write_text(json.dumps(info, indent=2) + "\n", encoding="utf-8")
         _fsync_tree(staged)

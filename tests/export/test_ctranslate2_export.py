@@ -139,6 +139,29 @@ def test_cli_export_writes_a_complete_model_directory(tmp_path, export_data):
     assert [p.name for p in out.parent.iterdir()] == ["ct2"]  # no temporary directory left behind
 
 
+def test_a_tok_multi30k_model_is_given_raw_lines_tokenized_as_translate_gives_them(tmp_path, export_data):
+    """`rpr-mt translate` gives a model trained on Multi30k's tok/ text the lines that look raw lowercased and
+    tokenized; ExportedTranslator.translate_lines, documented as translate's output, searched them as they were (9
+    of 25 raw test lines translated as translate does on such a model). The export now records it."""
+    path = random_checkpoint(export_data, tmp_path / "tok.pt", positions="rope")
+    payload = ckpt.load_checkpoint(path)
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de")
+    ckpt.save_checkpoint(payload, path)
+    export_ctranslate2(path, tmp_path / "ct2")
+    from rpr_mt.decode.ctranslate2 import ExportedTranslator
+
+    translator = ExportedTranslator(tmp_path / "ct2")
+    searched: list[list[list[int]]] = []
+    real = translator.search
+    translator.search = lambda sources, decode=None: searched.append(list(sources)) or real(sources, decode)
+    lines = ["A small Dog.", "a small dog ."]
+    translator.translate_lines(lines)
+    assert searched[-1][0] == searched[-1][1] == translator.vocab.encode("a small dog .")
+    translator.translate_lines(lines, tokenize=False)  # as --no-tokenize
+    assert searched[-1][0] == translator.vocab.encode("A small Dog.")
+
+
 def test_int8_export_translates(tmp_path, export_data):
     path = random_checkpoint(export_data, tmp_path / "random.pt", positions="t5")
     export_ctranslate2(path, tmp_path / "int8", quantization="int8")
