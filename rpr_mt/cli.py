@@ -738,7 +738,8 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
     """Write ``lines`` as they come (a generator's translations, window by window): to stdout, flushed as they come;
     to a file through a temporary beside it, moved into place when complete, so an existing file is never left
     half-written. If the lines stop with an error or an interrupt, those written so far are kept in
-    ``PATH.partial`` (said on stderr) and the error goes on. A symlink is followed (the file it points to is written,
+    ``PATH.partial`` (said on stderr) and the error goes on; once ``PATH`` is complete, a ``PATH.partial`` left by an
+    earlier interrupted run is removed (said on stderr). A symlink is followed (the file it points to is written,
     the link stays); a device, FIFO or open stream (``_written_through``) is written in place, flushed as stdout is.
     """
     import gzip
@@ -775,6 +776,11 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
             tmp.unlink(missing_ok=True)
         raise
     tmp.replace(target)
+    # the complete file supersedes an earlier run's finished lines: left beside it, they look like this run's
+    stale = target.with_name(f"{target.name}.partial")
+    if stale.is_file():
+        stale.unlink()
+        _stderr(f"note: removed {stale}, left by an earlier interrupted run; {target} is complete")
 
 
 def _print_version(value: bool) -> None:

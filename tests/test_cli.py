@@ -571,6 +571,31 @@ def test_an_interrupted_translation_keeps_its_finished_lines_in_a_partial_file(t
                           "--buffer-lines must be >= 1")
 
 
+def test_a_complete_translation_removes_the_partial_file_of_an_earlier_interrupted_run(tmp_path, monkeypatch):
+    """An interrupted run leaves OUTPUT.partial; the same command run to the end wrote OUTPUT and left the stale
+    OUTPUT.partial beside it, where it looked like this run's unfinished output. The complete file supersedes it."""
+    from rpr_mt.decode import translate
+
+    fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
+    src = tmp_path / "in.en"
+    src.write_text("one\ntwo\nthree\n", encoding="utf-8")
+    out, partial = tmp_path / "out.de", tmp_path / "out.de.partial"
+
+    def stopped(*args, **kwargs):
+        yield "eins"
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translate, "iter_translations", stopped)
+    assert run("translate", "--checkpoint", str(fixture), "-i", str(src), "-o", str(out)).exit_code == 130
+    assert partial.read_text(encoding="utf-8") == "eins\n" and not out.exists()
+    monkeypatch.setattr(translate, "iter_translations", lambda *args, **kwargs: iter(["eins", "zwei", "drei"]))
+    result = run("translate", "--checkpoint", str(fixture), "-i", str(src), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8") == "eins\nzwei\ndrei\n"
+    assert not partial.exists() and f"removed {partial}" in result.output
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["in.en", "out.de"]
+
+
 @pytest.mark.parametrize("signame", ["SIGTERM", "SIGHUP"])
 def test_a_translation_stopped_by_sigterm_or_sighup_keeps_its_finished_lines(tmp_path, signame):
     """`timeout`, a batch scheduler's time limit (SIGTERM) or a closed terminal (SIGHUP) stop translate as Ctrl-C
