@@ -310,11 +310,21 @@ def translate(
                                 tgt_lang=cfg.data.tgt_lang, total=total)
     from rpr_mt.train.signals import interrupt_on_stop_signals
 
-    with interrupt_on_stop_signals():  # `timeout`, a scheduler, a closed terminal: FILE.partial kept, as on Ctrl-C
-        _write_lines(output, outputs)
-    if raw[0]:  # counted as the windows went by, so said at the end
-        _stderr(f"note: {raw[0]} of {raw[1]} input lines looked like raw text; this model was trained on "
-                "Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
+    try:
+        with interrupt_on_stop_signals():  # `timeout`, a scheduler, a closed terminal: FILE.partial kept, as on Ctrl-C
+            _write_lines(output, outputs)
+    except KeyboardInterrupt:  # the lines kept (in FILE.partial, or already printed) were tokenized all the same
+        _note_tokenized(raw, " read so far")
+        raise
+    _note_tokenized(raw)
+
+
+def _note_tokenized(counts: list[int], so_far: str = "") -> None:
+    """Say how many input lines ``_tokenized_as_multi30k`` tokenized ([tokenized, all]): counted as the windows went
+    by, so said at the end (or at an interrupt, of the lines read until then)."""
+    if counts[0]:
+        _stderr(f"note: {counts[0]} of {counts[1]} input lines{so_far} looked like raw text; this model was trained "
+                "on Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
                 "as that text was, and its translations are in that form (--no-tokenize: lines as given)")
 
 

@@ -513,6 +513,33 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
     assert seen[-1][0] == "A man rides a bike." and "looked like raw text" not in result.output
 
 
+def test_an_interrupted_translation_by_a_tok_model_still_says_how_many_lines_it_tokenized(tmp_path, monkeypatch):
+    """The note on raw-looking lines tokenized for a tok/ Multi30k model came only after a complete run: stopped by
+    Ctrl-C (or SIGTERM, the same KeyboardInterrupt), the lines kept in OUTPUT.partial had been tokenized unsaid."""
+    from rpr_mt.decode import translate
+
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de")
+    model = tmp_path / "tok_model.pt"
+    ckpt.save_checkpoint(payload, model)
+    src = tmp_path / "in.en"
+    src.write_text("A man rides a bike.\na boy sits on a woman &apos;s shoulders .\nTwo dogs play.\n", encoding="utf-8")
+
+    def stopped(model, vocab, lines, **kwargs):
+        lines = iter(lines)
+        for _ in range(2):  # the first window (--buffer-lines 2) is read, and tokenized, before the interrupt
+            yield next(lines)
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(translate, "iter_translations", stopped)
+    out = tmp_path / "out.de"
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out), "--buffer-lines", "2")
+    assert result.exit_code == 130, result.output
+    assert (tmp_path / "out.de.partial").read_text(encoding="utf-8").splitlines()[0] == "a man rides a bike ."
+    assert "note: 1 of 2 input lines read so far looked like raw text" in result.output
+
+
 def test_eval_bleu_of_a_tokenized_multi30k_model_against_a_raw_reference(tmp_path, monkeypatch):
     """Such a model translates into Multi30k's tokenized text; with a raw --ref (the dataset's test.de.gz) the
     literature BLEU was scored as if the reference were tokenized too (prep:pretokenized: 0 where the translations
