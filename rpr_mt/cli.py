@@ -530,10 +530,12 @@ def average_checkpoints_command(
 @app.command(cls=_Command)
 @user_errors
 def plot(
-    run: Path = typer.Argument(..., metavar="RUN", help="A training run directory (with metrics.jsonl)."),
-    output: Optional[Path] = typer.Option(None, "--output", "-o", help="PNG file; default: RUN/curves.png."),
+    run: Path = typer.Argument(..., metavar="RUN", help="A training run directory, or its metrics.jsonl."),
+    output: Optional[Path] = typer.Option(
+        None, "--output", "-o", help="Image file, its format by its suffix (.png, .pdf, .svg, ...: any that matplotlib "
+        "writes); default: RUN/curves.png."),
 ) -> None:
-    """Draw one run's learning curves (loss, dev BLEU, learning rate, tokens/s) as a PNG; needs matplotlib."""
+    """Draw one run's learning curves (loss, dev BLEU, learning rate, tokens/s) as an image; needs matplotlib."""
     from rpr_mt.curves import plot_run
 
     if output is not None:

@@ -1,4 +1,4 @@
-"""One run's learning curves from its ``metrics.jsonl``, as a PNG (``rpr-mt plot RUN``).
+"""One run's learning curves from its ``metrics.jsonl``, as an image (``rpr-mt plot RUN``; PNG by default).
 
 The trainer appends a record per log line (loss, nll, lr, tgt_tok_s, ...) and per validation (dev_nll, dev_bleu).
 An interrupted run that was resumed has logged the updates after its last checkpoint twice; the records of the
@@ -18,10 +18,18 @@ from rpr_mt.plotting import pyplot  # matplotlib is an optional extra; pyplot() 
 __all__ = ["read_curves", "plot_run"]
 
 
+def _metrics_file(run: str | Path) -> Path:
+    """The metrics file of ``run``: a run directory's ``metrics.jsonl``, or that file itself (a copy of it too),
+    as `rpr-mt plot runs/x/metrics.jsonl` names it."""
+    run = Path(run)
+    return run if run.is_file() else run / METRICS_FILE
+
+
 def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
-    """(training records, validation records) of ``run_dir``, each in update order with resumed updates once. A
-    cut-off last line (a killed run) is skipped with a warning (``rpr_mt.metrics.read_records``)."""
-    path = Path(run_dir) / METRICS_FILE
+    """(training records, validation records) of ``run_dir`` (a run directory or its metrics.jsonl), each in update
+    order with resumed updates once. A cut-off last line (a killed run) is skipped with a warning
+    (``rpr_mt.metrics.read_records``)."""
+    path = _metrics_file(run_dir)
     if not path.is_file():
         raise UserError(f"no metrics.jsonl in {run_dir} (is it a training run directory?)")
     train: list[dict[str, Any]] = []
@@ -40,9 +48,11 @@ def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[st
 
 
 def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
-    """Draw loss (train and dev), dev BLEU, learning rate and target tokens/s against the update; returns the PNG's
-    path (default: RUN/curves.png). The tokens/s panel leaves out the first log window (start-up, not speed)."""
-    run_dir = Path(run_dir)
+    """Draw loss (train and dev), dev BLEU, learning rate and target tokens/s against the update; returns the
+    image's path (any format matplotlib writes, by its suffix; default: curves.png beside the metrics file, in the
+    run directory). ``run_dir``: a run directory or its metrics.jsonl. The tokens/s panel leaves out the first log
+    window (start-up, not speed)."""
+    given, run_dir = run_dir, _metrics_file(run_dir).parent
     output = Path(output) if output is not None else run_dir / "curves.png"
     plt = pyplot()
     from matplotlib.backend_bases import FigureCanvasBase
@@ -52,7 +62,7 @@ def plot_run(run_dir: str | Path, output: str | Path | None = None) -> Path:
     if image_format not in formats:  # before reading the run; matplotlib would refuse only after drawing
         raise UserError(f"--output {output}: the name must end in an image format matplotlib writes "
                         f"({', '.join('.' + f for f in sorted(formats))}), e.g. curves.png")
-    train, dev = read_curves(run_dir)
+    train, dev = read_curves(given)
     fig, axes = plt.subplots(2, 2, figsize=(11, 7))
     (ax_loss, ax_bleu), (ax_lr, ax_speed) = axes
 

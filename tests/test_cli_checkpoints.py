@@ -140,6 +140,27 @@ def test_plot_draws_a_png_of_the_run(run_dir, tmp_path):
     assert Image.open(output).size == (1100, 700)  # 11 x 7 inches at 100 dpi: the four panels
 
 
+def test_plot_takes_a_metrics_file_as_well_as_its_run_and_writes_any_matplotlib_format(tmp_path):
+    """`rpr-mt plot RUN/metrics.jsonl` said "no metrics.jsonl in RUN/metrics.jsonl": the file is taken as its run,
+    the default image beside it. The help said PNG, while .pdf, .svg (any suffix matplotlib writes) work too."""
+    pytest.importorskip("matplotlib")
+    run = tmp_path / "run"
+    run.mkdir()
+    records = [{"step": 1, "loss": 3.0, "nll": 2.9, "lr": 0.1, "tgt_tok_s": 100.0},
+               {"step": 2, "loss": 2.5, "nll": 2.4, "lr": 0.1, "tgt_tok_s": 110.0},
+               {"step": 2, "dev_nll": 2.6, "dev_bleu": 1.5}]
+    (run / "metrics.jsonl").write_text("".join(json.dumps(r) + "\n" for r in records), encoding="utf-8")
+    result = runner.invoke(app, ["plot", str(run / "metrics.jsonl")])
+    assert result.exit_code == 0, result.output
+    assert (run / "curves.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    for suffix, magic in ((".pdf", b"%PDF"), (".svg", b"<?xml")):
+        output = tmp_path / f"curves{suffix}"
+        assert runner.invoke(app, ["plot", str(run), "-o", str(output)]).exit_code == 0
+        assert output.read_bytes().startswith(magic), suffix
+    help_text = " ".join(runner.invoke(app, ["plot", "--help"], env={"COLUMNS": "200"}).output.split())
+    assert ".pdf, .svg" in help_text and "its metrics.jsonl" in help_text
+
+
 def test_plot_and_average_write_through_a_symlink_and_keep_it(run_dir, tmp_path):
     """The temporary-then-rename writes replaced a symlink given as the output with a file (the link's own file
     kept its old contents): they now write the file the link points to, and the link stays."""
