@@ -313,10 +313,17 @@ def is_checkpoint_file(path: str | Path) -> bool:
 
 
 def _stored_step(path: Path) -> int | None:
-    """The update number checkpoint ``path`` holds, read without reading its weights where torch can map the file."""
+    """The update number checkpoint ``path`` holds, read without reading its weights where torch can map the file;
+    an average is refused: its checkpoints would count again, once in it and once more beside it or in the mean."""
     payload = _mapped(path)
     if not isinstance(payload, dict) or payload.get("format") != FORMAT:
         payload = load_checkpoint(path)  # a UserError naming what is wrong with the file
+    sources = payload.get("averaged_from")
+    if sources:
+        names = [Path(source).name for source in sources]
+        span = names[0] if len(names) == 1 else f"{names[0]} .. {names[-1]}"
+        raise UserError(f"{path} is already an average ({_checkpoints(len(names))}: {span}): average the numbered "
+                        "checkpoints themselves, each once")
     step = payload.get("step")
     return step if isinstance(step, int) else None
 
@@ -337,8 +344,9 @@ def _different_model(payload: dict[str, Any], reference: dict[str, Any]) -> str 
 
 def _refuse_repeats(paths: list[Path]) -> list[int | None]:
     """The update number of each of ``paths``, after refusing a checkpoint that would weigh twice in the mean: one
-    file listed twice (under any spelling), or two files of the same update (a copy such as checkpoint_best.pt beside
-    its numbered checkpoint; with other weights, an average or another training's checkpoint)."""
+    file listed twice (under any spelling), an average (``_stored_step``), or two files of the same update (a copy
+    such as checkpoint_best.pt beside its numbered checkpoint; with other weights, an average that does not say so
+    or another training's checkpoint)."""
     seen: dict[Path, Path] = {}
     for path in paths:
         earlier = seen.setdefault(path.resolve(), path)

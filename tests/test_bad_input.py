@@ -146,6 +146,16 @@ def setup(root: Path) -> dict[str, str]:
                                        b'{"step": 3, "loss": 1.0}\n'}.items():
         (root / name).mkdir()
         (root / name / "metrics.jsonl").write_bytes(text)
+    # an average of updates 4 and 8 beside the numbered checkpoint it averages (not in run/: --which average there
+    # must find none)
+    from rpr_mt import checkpoints as ckpt
+
+    (root / "avg_run" / "checkpoints").mkdir(parents=True)
+    shutil.copy(FIXTURE, root / "avg_run" / "checkpoints" / "checkpoint_00000004.pt")
+    average = ckpt.load_checkpoint(FIXTURE)
+    average.update(step=8, averaged_steps=[4, 8], averaged_from=[
+        str(root / "avg_run" / "checkpoints" / f"checkpoint_{step:08d}.pt") for step in (4, 8)])
+    ckpt.save_checkpoint(average, root / "avg_run" / "checkpoints" / "checkpoint_avg.pt")
     return {}
 
 
@@ -468,6 +478,11 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("average: a copy listed beside it", lambda r: ["average-checkpoints", f"{r}/model.pt",
                                                     f"{r}/run/checkpoints/checkpoint_00000004.pt", "-o", f"{r}/avg.pt"],
      "are the same checkpoint"),
+    ("average: an average among the inputs", lambda r: ["average-checkpoints",
+                                                       f"{r}/avg_run/checkpoints/checkpoint_00000004.pt",
+                                                       f"{r}/avg_run/checkpoints/checkpoint_avg.pt", "-o",
+                                                       f"{r}/avg.pt"],
+     "checkpoint_avg.pt is already an average (2 checkpoints: checkpoint_00000004.pt .. checkpoint_00000008.pt)"),
     # a bad --set value is the override's error, not the config file's (which was blamed for it)
     ("train: --set a word to an integer", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set", "model.clip=abc"],
      "error: --set model.clip=abc: model.clip must be an integer, got 'abc'"),

@@ -191,6 +191,22 @@ def test_a_checkpoint_listed_twice_is_refused(tmp_path):
         average_checkpoints([first, second, copy])
 
 
+def test_an_average_among_the_inputs_is_refused(tmp_path):
+    """checkpoint_avg.pt listed with numbered checkpoints was averaged in silently, its checkpoints counted again
+    (an average of 4 and 8, with 4 and 8, weighed them twice; with 12, gave 4 and 8 half the weight of 12). Its
+    payload records what it averages; alone, it would only be copied."""
+    from rpr_mt.checkpoints import average_checkpoints
+
+    first, second, third = _saved(tmp_path, 4), _saved(tmp_path, 8), _saved(tmp_path, 12)
+    average = tmp_path / "checkpoint_avg.pt"
+    ckpt.save_checkpoint(average_checkpoints([first, second]), average)
+    for inputs in ([average, third], [first, second, average], [average]):
+        with pytest.raises(UserError, match=r"^\S*checkpoint_avg\.pt is already an average \(2 checkpoints: "
+                                            r"checkpoint_00000004\.pt \.\. checkpoint_00000008\.pt\): average the "
+                                            r"numbered checkpoints themselves, each once$"):
+            average_checkpoints(inputs)
+
+
 def test_the_same_update_with_other_weights_is_refused_as_not_one_trainings(tmp_path):
     from rpr_mt.checkpoints import average_checkpoints
 
