@@ -156,6 +156,10 @@ def setup(root: Path) -> dict[str, str]:
     average.update(step=8, averaged_steps=[4, 8], averaged_from=[
         str(root / "avg_run" / "checkpoints" / f"checkpoint_{step:08d}.pt") for step in (4, 8)])
     ckpt.save_checkpoint(average, root / "avg_run" / "checkpoints" / "checkpoint_avg.pt")
+    # prepared data (a manifest listing its one file) with a run directory kept inside it
+    (root / "used_data" / "run_in_data").mkdir(parents=True)
+    (root / "used_data" / "spm.model").write_bytes(b"model")
+    (root / "used_data" / "manifest.json").write_text('{"format_version": 1, "files": ["spm.model"]}\n')
     return {}
 
 
@@ -492,6 +496,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: --set an unknown choice", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
                                                  "model.positions=relatve"],
      "error: --set model.positions=relatve: model.positions must be one of"),
+    # rebuilding replaces the directory whole: a run kept inside it was deleted with it, --force or not
+    ("prepare: output_dir holds a run directory", lambda r: ["prepare", "--set", f"data.output_dir={r}/used_data",
+                                                            "--force"],
+     "holds run_in_data, which `rpr-mt prepare` did not write"),
     ("train: --set a word to a mapping entry", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
                                                          "data.demo_sizes.train=many"],
      "error: --set data.demo_sizes.train=many: data.demo_sizes.train must be an integer"),

@@ -73,6 +73,12 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
     if out.exists() and not (out / MANIFEST).is_file() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"data.output_dir {config.output_dir} exists and does not hold prepared data (no {MANIFEST}); "
                         "refusing to replace it: remove it or choose another data.output_dir")
+    foreign = _foreign_entries(out)
+    if foreign:  # the swap below deletes the old directory whole: a run directory put inside it went with it
+        names = ", ".join(foreign[:3]) + (f" and {len(foreign) - 3} more" if len(foreign) > 3 else "")
+        raise UserError(f"data.output_dir {config.output_dir} holds {names}, which `rpr-mt prepare` did not write; "
+                        "preparing it again replaces the whole directory: move them out first, or choose another "
+                        "data.output_dir")
     tmp = out.parent / f".{out.name}.tmp-{os.getpid()}"
     try:
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -409,6 +415,28 @@ def _is_locked(lock_path: Path) -> bool:
             return True
         fcntl.flock(f, fcntl.LOCK_UN)
         return False
+
+
+# prepare's own file names (the layout above), for a directory whose manifest cannot say which files it wrote
+_OWN_NAME = re.compile(r"spm\.(model|vocab)|[\w-]+\.(src|tgt)\.(ids|offsets)\.npy|[\w-]+\.[a-z]{2}")
+
+
+def _foreign_entries(out: Path) -> list[str]:
+    """Names in a prepared ``out`` that prepare did not write, sorted: not listed in its manifest (or, when that is
+    unreadable, not shaped like prepare's files)."""
+    if not out.is_dir() or not (out / MANIFEST).is_file():
+        return []
+    try:
+        listed = read_manifest(out).get("files")
+    except UserError:
+        listed = None
+
+    def own(name: str) -> bool:
+        if name == MANIFEST or name.startswith(f".{MANIFEST}.tmp-"):
+            return True
+        return name in listed if isinstance(listed, list) else bool(_OWN_NAME.fullmatch(name))
+
+    return sorted(p.name for p in out.iterdir() if not own(p.name))
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:

@@ -6,6 +6,7 @@ import gzip
 import json
 import logging
 import os
+import shutil
 import unicodedata
 from pathlib import Path
 
@@ -13,7 +14,7 @@ import pytest
 
 from rpr_mt.config import DataConfig, SplitFiles
 from rpr_mt.data import binarize, demo, sources
-from rpr_mt.data.prepare import check_prepared, config_hash, prepare, read_manifest, reference_files
+from rpr_mt.data.prepare import MANIFEST, check_prepared, config_hash, prepare, read_manifest, reference_files
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from tests.data import SENTENCES_DE, SENTENCES_EN, demo_config, files_config, small_parallel, write_lines
@@ -328,6 +329,23 @@ def test_refuses_to_replace_a_foreign_directory(tmp_path):
     with pytest.raises(UserError, match="exists and does not hold prepared data"):
         prepare(demo_config(tmp_path), progress=False)
     assert (foreign / "thesis.tex").read_text() == "precious"
+
+
+def test_refuses_to_rebuild_over_what_it_did_not_write(tmp_path):
+    # the rebuilt directory replaces the old one whole: a run directory kept inside it was deleted without a word
+    config = demo_config(tmp_path)
+    out = prepare(config, progress=False)
+    (out / "run" / "checkpoints").mkdir(parents=True)
+    (out / "run" / "checkpoints" / "checkpoint_00000002.pt").write_bytes(b"weights")
+    with pytest.raises(UserError, match=r"holds run, which `rpr-mt prepare` did not write"):
+        prepare(config, force=True, progress=False)
+    (out / MANIFEST).write_text("{", encoding="utf-8")  # unreadable: prepare's own file names tell its files
+    with pytest.raises(UserError, match=r"holds run, which"):
+        prepare(config, progress=False)
+    assert (out / "run" / "checkpoints" / "checkpoint_00000002.pt").read_bytes() == b"weights"
+    shutil.rmtree(out / "run")
+    prepare(config, progress=False)  # prepare's own files alone: rebuilt
+    assert check_prepared(config) is None
 
 
 # ------------------------------------------------------------------------------------------------------------------
