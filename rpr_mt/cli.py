@@ -1,8 +1,8 @@
 """The `rpr-mt` command line: thin commands that parse options and call importable functions.
 
 Every command turns a ``UserError`` into one line on stderr and exit code 2 (no traceback), and Ctrl-C into
-exit code 130; ``train`` and ``translate`` stopped by SIGTERM or SIGHUP exit 128 + the signal's number, as a shell
-reports them.
+exit code 130; ``prepare``, ``train`` and ``translate`` stopped by SIGTERM or SIGHUP exit 128 + the signal's number,
+as a shell reports them.
 """
 
 from __future__ import annotations
@@ -199,9 +199,11 @@ def prepare(
 ) -> None:
     """Download or read parallel text, clean it, train SentencePiece and write token-id arrays."""
     from rpr_mt.data.prepare import prepare as prepare_data
+    from rpr_mt.train.signals import interrupt_on_stop_signals
 
     cfg = _config(config, set_)
-    prepare_data(cfg.data, force=force, progress=show_progress(progress))
+    with interrupt_on_stop_signals():  # `timeout`, a scheduler: its temporary directory removed, as on Ctrl-C
+        prepare_data(cfg.data, force=force, progress=show_progress(progress))
 
 
 @app.command(cls=_Command)

@@ -660,6 +660,33 @@ app()
     assert not list(tmp_path.glob(".*.tmp"))
 
 
+@pytest.mark.parametrize("command", ["prepare", "train"])
+def test_prepare_stopped_by_sigterm_removes_its_temporary_directory(tmp_path, command):
+    """`timeout` or a scheduler's SIGTERM during `prepare` (or the preparing that `train` starts with) unwinds as
+    Ctrl-C does: the hidden temporary directory beside data.output_dir removed, one line, exit 143. Its default ended
+    the process at once, leaving a possibly corpus-sized .DIR.tmp-PID behind, silently. In a child process: without
+    the handling, the signal would end the test run itself."""
+    out = tmp_path / "prepared"
+    script = f"""
+import os, signal, sys
+from rpr_mt.data import binarize
+from rpr_mt.cli import app
+
+def stopped(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+
+binarize.binarize_text = stopped
+sys.argv = ["rpr-mt", {command!r}, "--set", "data.output_dir={out}", "--set", "data.vocab_size=120", "--set",
+            "data.demo_sizes={{train: 400, dev: 30, test: 30}}", "--set", "train.run_dir={tmp_path / 'run'}"]
+app()
+"""
+    env = {**os.environ, "PYTHONPATH": str(Path(__file__).parent.parent)}
+    result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True, env=env, timeout=300)
+    assert result.returncode == 143, (result.returncode, result.stderr)
+    assert result.stderr.splitlines()[-1] == "stopped by SIGTERM" and "Traceback" not in result.stderr
+    assert not out.exists() and not list(tmp_path.glob(".prepared.*"))
+
+
 # -- outputs that are not regular files: a symlink is followed, a FIFO or device is written through -----------------
 
 

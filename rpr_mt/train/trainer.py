@@ -50,7 +50,7 @@ from rpr_mt.train.optimizer import build_optimizer
 from rpr_mt.train.run_dir import RunDirLock, check_run_dir, config_differences, dev_measure_changes, \
     remove_previous_run, saved_config
 from rpr_mt.train.schedule import learning_rate
-from rpr_mt.train.signals import StopSignal
+from rpr_mt.train.signals import StopSignal, interrupt_on_stop_signals
 from rpr_mt.train.state import TrainState
 from rpr_mt.train.throughput import ThroughputMonitor
 from rpr_mt.train.validation import validate
@@ -87,7 +87,8 @@ def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progres
         failure: UserError | None = None
         if dd.is_main:  # prepare says "preparing DIR (why)" once it has checked the inputs
             try:
-                prepare(cfg.data, progress=progress)
+                with interrupt_on_stop_signals():  # SIGTERM's default left the temporary directory behind
+                    prepare(cfg.data, progress=progress)
             except UserError as exc:
                 failure = exc
         if not dd.all_true(failure is None, device):
