@@ -170,21 +170,28 @@ def settings_changed_since_prepared(config: DataConfig) -> Optional[str]:
 
 
 def _settings_changed(config: DataConfig, manifest: dict[str, Any]) -> Optional[str]:
-    old, new = manifest.get("config", {}), relevant_config(config)
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            return f"data.{key} {_short(old.get(key))} there, {_short(new.get(key))} in this config"
-    return None
+    changed = _first_setting_changed(manifest.get("config", {}), relevant_config(config))
+    return changed and f"data.{changed[0]} {changed[1]} there, {changed[2]} in this config"
 
 
 def _changed_since(config: DataConfig, manifest: dict[str, Any]) -> Optional[str]:
     if manifest.get("format_version") != FORMAT_VERSION:
         return f"prepared with data format {manifest.get('format_version')}, this rpr-mt uses {FORMAT_VERSION}"
-    old, new = manifest.get("config", {}), relevant_config(config)
-    for key in sorted(set(old) | set(new)):
-        if old.get(key) != new.get(key):
-            return f"data.{key} changed ({_short(old.get(key))} -> {_short(new.get(key))})"
+    changed = _first_setting_changed(manifest.get("config", {}), relevant_config(config))
+    if changed:
+        return f"data.{changed[0]} changed ({changed[1]} -> {changed[2]})"
     return _inputs_changed(config, manifest.get("inputs", {}))
+
+
+def _first_setting_changed(old: dict[str, Any], new: dict[str, Any]) -> Optional[tuple[str, str, str]]:
+    """The first key whose recorded value differs, with both values as the user would write them."""
+    for key in sorted(set(old) | set(new)):
+        before, after = old.get(key), new.get(key)
+        if before != after:
+            if key == "multi30k_text":  # recorded only when not raw (relevant_config): absent is raw, not null
+                before, after = before or "raw", after or "raw"
+            return key, _short(before), _short(after)
+    return None
 
 
 def reference_files(data_dir: str | Path, split: str) -> tuple[Path, Path]:

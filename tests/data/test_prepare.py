@@ -14,7 +14,8 @@ import pytest
 
 from rpr_mt.config import DataConfig, SplitFiles
 from rpr_mt.data import binarize, demo, sources
-from rpr_mt.data.prepare import MANIFEST, check_prepared, config_hash, prepare, read_manifest, reference_files
+from rpr_mt.data.prepare import MANIFEST, check_prepared, config_hash, prepare, read_manifest, reference_files, \
+    settings_changed_since_prepared
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from tests.data import SENTENCES_DE, SENTENCES_EN, demo_config, files_config, small_parallel, write_lines
@@ -205,6 +206,25 @@ def test_changed_config_key_rebuilds(tmp_path):
     assert read_manifest(out)["sentencepiece"]["vocab_size"] == 100 and check_prepared(config) is None
     config.demo_sizes = {"train": 300, "dev": 30, "test": 30}
     assert check_prepared(config).startswith("stale: data.demo_sizes changed")
+
+
+def test_multi30k_text_change_names_both_values(tmp_path):
+    # raw is not recorded (data prepared before the key stays up to date): the reason said null -> "tok"
+    root = tmp_path / "m30k"
+    (root / "tok").mkdir(parents=True)
+    for prefix, n in (("train", 10), ("val", 1), ("test_2016_flickr", 1)):
+        for folder in (root, root / "tok"):
+            write_lines(folder / f"{prefix}.en.gz", SENTENCES_EN * n)
+            write_lines(folder / f"{prefix}.de.gz", SENTENCES_DE * n)
+    config = DataConfig(source="multi30k", multi30k_dir=str(root), output_dir=str(tmp_path / "prepared"),
+                        vocab_size=60)
+    prepare(config, progress=False)
+    config.multi30k_text = "tok"
+    assert check_prepared(config) == 'stale: data.multi30k_text changed ("raw" -> "tok")'
+    prepare(config, progress=False)
+    config.multi30k_text = "raw"
+    assert check_prepared(config) == 'stale: data.multi30k_text changed ("tok" -> "raw")'
+    assert settings_changed_since_prepared(config) == 'data.multi30k_text "tok" there, "raw" in this config'
 
 
 def test_irrelevant_key_change_keeps_data(tmp_path):
