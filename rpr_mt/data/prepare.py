@@ -154,7 +154,19 @@ def changed_since_prepared(config: DataConfig) -> Optional[str]:
         manifest = read_manifest(out)
     except UserError:
         return None
-    return _changed_since(config, manifest)
+    # SentencePiece learns from the training pairs alone: a corrected dev or test file leaves the vocabulary as it was
+    return _changed_since(config, manifest, splits=("train",))
+
+
+def dev_changed_since_prepared(config: DataConfig) -> Optional[str]:
+    """Why the dev input differs from the one ``config.output_dir`` was prepared from, or None: what validation
+    measures changes with it (the vocabulary does not; see ``changed_since_prepared``)."""
+    out = Path(config.output_dir)
+    try:
+        manifest = read_manifest(out) if (out / MANIFEST).is_file() else None
+    except UserError:
+        return None
+    return None if manifest is None else _inputs_changed(config, manifest.get("inputs", {}), splits=("dev",))
 
 
 def settings_changed_since_prepared(config: DataConfig) -> Optional[str]:
@@ -174,13 +186,14 @@ def _settings_changed(config: DataConfig, manifest: dict[str, Any]) -> Optional[
     return changed and f"data.{changed[0]} {changed[1]} there, {changed[2]} in this config"
 
 
-def _changed_since(config: DataConfig, manifest: dict[str, Any]) -> Optional[str]:
+def _changed_since(config: DataConfig, manifest: dict[str, Any],
+                   splits: Optional[tuple[str, ...]] = None) -> Optional[str]:
     if manifest.get("format_version") != FORMAT_VERSION:
         return f"prepared with data format {manifest.get('format_version')}, this rpr-mt uses {FORMAT_VERSION}"
     changed = _first_setting_changed(manifest.get("config", {}), relevant_config(config))
     if changed:
         return f"data.{changed[0]} changed ({changed[1]} -> {changed[2]})"
-    return _inputs_changed(config, manifest.get("inputs", {}))
+    return _inputs_changed(config, manifest.get("inputs", {}), splits)
 
 
 def _first_setting_changed(old: dict[str, Any], new: dict[str, Any]) -> Optional[tuple[str, str, str]]:
@@ -323,7 +336,9 @@ def _manifest(config: DataConfig, inputs: dict[str, Any], clean: dict[str, Clean
     }
 
 
-def _inputs_changed(config: DataConfig, old: dict[str, Any]) -> Optional[str]:
+def _inputs_changed(config: DataConfig, old: dict[str, Any],
+                    splits: Optional[tuple[str, ...]] = None) -> Optional[str]:
+    """Why the inputs differ from those recorded in ``old`` (those of ``splits`` alone when given), or None."""
     if config.source == "demo":
         from rpr_mt.data.demo import GENERATOR_VERSION
 
@@ -338,6 +353,9 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any]) -> Optional[str]:
     if old.get("kind") != "files":
         return "the inputs changed from the Hugging Face hub to local files"
     recorded: dict[str, Any] = old.get("files", {})
+    if splits is not None:  # roles are "{split}.src", "{split}.tgt", "{split}.tsv"
+        files = {role: path for role, path in files.items() if role.rsplit(".", 1)[0] in splits}
+        recorded = {role: entry for role, entry in recorded.items() if role.rsplit(".", 1)[0] in splits}
     if set(recorded) != set(files):
         return f"the input files changed ({', '.join(sorted(set(recorded) ^ set(files)))})"
     for role, path in files.items():

@@ -33,7 +33,8 @@ from torch import nn
 from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
 from rpr_mt.data.binarize import ids_file, load_split
-from rpr_mt.data.prepare import changed_since_prepared, check_prepared, prepare, settings_changed_since_prepared
+from rpr_mt.data.prepare import changed_since_prepared, check_prepared, dev_changed_since_prepared, prepare, \
+    settings_changed_since_prepared
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
@@ -179,6 +180,11 @@ def _train(
         if measure:
             log(f"warning: the dev BLEU of {run_dir} is measured differently from now on ({'; '.join(measure)}): "
                 "its best checkpoint and patience compare new validations with a best score measured the old way")
+        # a corrected dev file is prepared again (the vocabulary stays: it is learnt from the training pairs alone)
+        dev_changed = dev_changed_since_prepared(cfg.data) if has_checkpoints and not changed and not diffs else None
+        if dev_changed:
+            log(f"warning: the dev set of {run_dir} changed since its last validation ({dev_changed}): its best "
+                "checkpoint and patience compare new validations with a best score measured on the old set")
         if diffs and not overwrite:
             refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
                        "pass --overwrite to delete that run (its checkpoints too) or choose another train.run_dir")

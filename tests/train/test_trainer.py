@@ -194,6 +194,34 @@ def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepare
     assert train(config_from_dict(raw), overwrite=True, progress=False).step == 3
 
 
+def test_resuming_after_a_dev_file_was_corrected_prepares_it_again_and_warns(tmp_path, capsys):
+    """SentencePiece learns from the training pairs alone, so a corrected dev reference cannot change the vocabulary
+    the checkpoints need: the run resumes on the data prepared again (it was refused, with advice to delete its
+    checkpoints), with a warning that its best dev score was measured on the old set."""
+    corpus = tmp_path / "corpus"
+    corpus.mkdir()
+    words = "the a red small big old dog cat bird man woman sees runs eats house tree".split()
+    pairs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 4)) for i in range(120)]
+    (corpus / "train.en").write_text("\n".join(pairs) + "\n")
+    (corpus / "train.de").write_text("\n".join(p.upper() for p in pairs) + "\n")
+    (corpus / "dev.en").write_text("the dog\nthe cat\n")
+    (corpus / "dev.de").write_text("THE DOG\nTHE CAT\n")
+    raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
+    raw["data"] = {"source": "files", "output_dir": str(tmp_path / "data"), "vocab_size": 60,
+                   "splits": {"train": {"src": str(corpus / "train.en"), "tgt": str(corpus / "train.de")},
+                              "dev": {"src": str(corpus / "dev.en"), "tgt": str(corpus / "dev.de")}}}
+    train(config_from_dict(raw), progress=False)
+    vocab = (tmp_path / "data" / "spm.model").read_bytes()
+    (corpus / "dev.de").write_text("THE DOG\nTHE BIRD\n")
+    raw["train"]["max_steps"] = 3
+    capsys.readouterr()
+    assert train(config_from_dict(raw), progress=False).step == 3
+    assert (tmp_path / "data" / "dev.de").read_text() == "THE DOG\nTHE BIRD\n"
+    assert (tmp_path / "data" / "spm.model").read_bytes() == vocab
+    assert f"warning: the dev set of {tmp_path / 'run'} changed since its last validation (input " \
+           f"{corpus / 'dev.de'} changed (sha256 differs))" in capsys.readouterr().err
+
+
 def test_data_prepared_since_by_another_config_is_said_as_that_not_as_a_reason_to_overwrite(tmp_path):
     """Two configs shared one data.output_dir: the second prepared it with another vocabulary size, and resuming the
     first was refused with advice to --overwrite (delete its checkpoints). It is now told what happened and that
