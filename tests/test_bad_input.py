@@ -160,6 +160,11 @@ def setup(root: Path) -> dict[str, str]:
     (root / "used_data" / "run_in_data").mkdir(parents=True)
     (root / "used_data" / "spm.model").write_bytes(b"model")
     (root / "used_data" / "manifest.json").write_text('{"format_version": 1, "files": ["spm.model"]}\n')
+    # run directories holding one of the run's own entries as the wrong kind (a file for a directory, or the reverse)
+    (root / "run_ckfile").mkdir()
+    (root / "run_ckfile" / "checkpoints").write_text("x\n", encoding="utf-8")
+    (root / "run_cfgdir" / "config.yaml").mkdir(parents=True)
+    (root / "run_metricsdir" / "metrics.jsonl").mkdir(parents=True)
     return {}
 
 
@@ -503,6 +508,16 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: --set a word to a mapping entry", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
                                                          "data.demo_sizes.train=many"],
      "error: --set data.demo_sizes.train=many: data.demo_sizes.train must be an integer"),
+    # the run's own entries of the wrong kind ended the run in a traceback at its first log line, validation or save
+    ("train: checkpoints is a file", lambda r: ["train", "--set", f"train.run_dir={r}/run_ckfile", "--set",
+                                                f"data.output_dir={r}/data"],
+     "run_ckfile/checkpoints is not a directory, but the run writes its checkpoints directory there"),
+    ("train: config.yaml is a directory", lambda r: ["train", "--set", f"train.run_dir={r}/run_cfgdir", "--set",
+                                                     f"data.output_dir={r}/data"],
+     "run_cfgdir/config.yaml is a directory, but the run writes its config.yaml file there"),
+    ("train: metrics.jsonl is a directory", lambda r: ["train", "--set", f"train.run_dir={r}/run_metricsdir", "--set",
+                                                       f"data.output_dir={r}/data"],
+     "run_metricsdir/metrics.jsonl is a directory, but the run writes its metrics.jsonl file there"),
 ]
 
 

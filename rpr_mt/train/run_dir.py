@@ -30,9 +30,15 @@ RESUMABLE_TRAIN_KEYS = {
 }
 
 
-def check_run_dir(run_dir: Path) -> None:
+# The entries a run writes into its directory, and whether each is a directory.
+_RUN_ENTRIES = {"checkpoints": True, "config.yaml": False, "metrics.jsonl": False, "tensorboard": True,
+                ".train.lock": False}
+
+
+def check_run_dir(run_dir: Path, tensorboard: bool = True) -> None:
     """Before any work (preparing data can take long): ``run_dir`` is a directory that this process can write, or
-    one it can create. Nothing is created here: a command that fails later leaves the disk as it was."""
+    one it can create, and what it holds of the run's own entries has the right kind (``tensorboard``: the run
+    writes TensorBoard events). Nothing is created here: a command that fails later leaves the disk as it was."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
     existing = run_dir
@@ -40,6 +46,17 @@ def check_run_dir(run_dir: Path) -> None:
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"train.run_dir: {run_dir} cannot be created: {existing} is not a directory")
+    # What the run writes into it, each of the kind it writes: a directory named metrics.jsonl (or a file named
+    # checkpoints) ended the run in a traceback at its first log line, validation or checkpoint
+    for name, want_dir in _RUN_ENTRIES.items():
+        entry = run_dir / name
+        if name == "tensorboard" and not tensorboard:
+            continue
+        if entry.exists() and entry.is_dir() != want_dir:
+            kind = "a directory" if entry.is_dir() else "not a directory"
+            raise UserError(f"train.run_dir: {entry} is {kind}, but the run writes its {name} "
+                            f"{'directory' if want_dir else 'file'} there; move it away or choose another "
+                            "train.run_dir")
     for directory in (existing, checkpoint_dir(run_dir)):
         if directory.is_dir() and not os.access(directory, os.W_OK | os.X_OK):
             what = "cannot be written" if directory != existing or existing == run_dir else "cannot be created"
