@@ -181,7 +181,8 @@ def _train(
             log(f"warning: the dev BLEU of {run_dir} is measured differently from now on ({'; '.join(measure)}): "
                 "its best checkpoint and patience compare new validations with a best score measured the old way")
         # a corrected dev file is prepared again (the vocabulary stays: it is learnt from the training pairs alone)
-        dev_changed = dev_changed_since_prepared(cfg.data) if has_checkpoints and not changed and not diffs else None
+        dev_changed = (dev_changed_since_prepared(cfg.data) if has_checkpoints and not changed and not diffs
+                       and not overwrite else None)
         if dev_changed:
             log(f"warning: the dev set of {run_dir} changed since its last validation ({dev_changed}): its best "
                 "checkpoint and patience compare new validations with a best score measured on the old set")
@@ -201,7 +202,7 @@ def _train(
                        f"changed since ({changed}): preparing it again could change the vocabulary they need. To "
                        "resume, restore what changed; to start over on the new data, pass --overwrite (deletes the "
                        "run's checkpoints) or choose another train.run_dir")
-        if (diffs or changed) and overwrite:
+        if overwrite:  # with the same config too: a run started over after a code fix, or one whose checkpoints broke
             log(f"--overwrite: removing the previous run in {run_dir}")
             remove_previous_run(run_dir)
     if not dd.all_true(not refusal, device):  # every rank stops, not rank 0 alone (the others would wait for it)

@@ -148,6 +148,17 @@ def test_run_dir_with_another_config_is_refused_unless_overwrite(tmp_path, demo_
     assert train(other, overwrite=True, progress=False).step == 2
 
 
+def test_overwrite_with_the_same_config_starts_the_run_over(tmp_path, demo_data):
+    """--overwrite replaced only a run of another config: with the same one (a run to redo after a code fix) it
+    resumed the run, or said a finished one had nothing to train, and replaced nothing."""
+    config = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 2, "tensorboard": False}))
+    train(config, progress=False)
+    again = train(config, overwrite=True, progress=False)
+    assert again.step == 2 and again.target_tokens > 0  # trained again, from update 0
+    steps = [json.loads(line)["step"] for line in (tmp_path / "run" / "metrics.jsonl").read_text().splitlines()]
+    assert steps.count(1) == 1  # the old run's records went with it
+
+
 def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(tmp_path, demo_data):
     """config.yaml deleted: another model config is refused in one line (before, loading the weights into the
     other model ended in a traceback of size mismatches), and --overwrite replaces the run, TensorBoard events
