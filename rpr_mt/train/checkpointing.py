@@ -25,11 +25,12 @@ from rpr_mt.train.state import TrainState
 
 def latest_valid_checkpoint(run_dir: str | Path, warn: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]] | None:
     """The newest numbered checkpoint that loads; corrupt ones are reported by name and skipped."""
-    for path in reversed(list_step_checkpoints(run_dir)):
+    paths = list_step_checkpoints(run_dir)
+    for i in range(len(paths) - 1, -1, -1):
         try:
-            return path, load_checkpoint(path)
+            return paths[i], load_checkpoint(paths[i])
         except UserError as exc:
-            warn(f"warning: {exc}; falling back to the previous checkpoint")
+            warn(f"warning: {exc}; " + ("falling back to the previous checkpoint" if i else "no earlier checkpoint"))
     return None
 
 

@@ -208,6 +208,12 @@ def _train(
     if not dd.all_true(not refusal, device):  # every rank stops, not rank 0 alone (the others would wait for it)
         raise UserError(refusal or f"{run_dir} holds a run that this config cannot resume (rank 0 says why)")
     dd.barrier()
+    # The checkpoint to resume from, read before the data is prepared: when every one of them is corrupt, starting
+    # from update 0 would replace them (and the best one) with a new run's; that is --overwrite's to decide
+    found = latest_valid_checkpoint(run_dir, warn=log)
+    if found is None and ckpt.list_step_checkpoints(run_dir):
+        raise UserError(f"no checkpoint in {ckpt.checkpoint_dir(run_dir)} loads (each is named above), so {run_dir} "
+                        "cannot be resumed; restore one, or pass --overwrite to delete the run and start it over")
 
     # -- data, model, optimizer -------------------------------------------------------------------------------------
     data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress, device)
@@ -243,7 +249,6 @@ def _train(
 
     # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
     state = TrainState(started=start_time)
-    found = latest_valid_checkpoint(run_dir, warn=log)
     vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
     if found is not None:
         path, payload = found

@@ -47,6 +47,18 @@ def test_newest_corrupt_checkpoint_falls_back_to_the_previous_one(tmp_path):
     assert "checkpoint_00000008.pt" in warnings[0] and "falling back" in warnings[0]
 
 
+def test_the_oldest_corrupt_checkpoint_says_there_is_none_to_fall_back_to(tmp_path):
+    """The last warning promised "falling back to the previous checkpoint" when there was none."""
+    run = tmp_path / "run"
+    for step in (4, 8):
+        path = ckpt.step_checkpoint_path(run, step)
+        ckpt.save_checkpoint({**payload(step), "step": step}, path)
+        path.write_bytes(path.read_bytes()[:-100])
+    warnings: list[str] = []
+    assert checkpointing.latest_valid_checkpoint(run, warn=warnings.append) is None
+    assert "falling back" in warnings[0] and warnings[1].endswith("; no earlier checkpoint"), warnings
+
+
 def test_unreadable_newest_checkpoint_falls_back_to_the_previous_one(tmp_path, monkeypatch):
     """An OS error on reading (permissions, I/O) is a UserError like a corrupt file: resumption warns and falls
     back instead of stopping with a traceback. (Tests run as root, so the denied open is simulated.)"""

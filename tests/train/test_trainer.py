@@ -159,6 +159,23 @@ def test_overwrite_with_the_same_config_starts_the_run_over(tmp_path, demo_data)
     assert steps.count(1) == 1  # the old run's records went with it
 
 
+def test_a_run_whose_checkpoints_all_fail_to_load_is_refused_not_started_over(tmp_path, demo_data):
+    """Every numbered checkpoint corrupt: the resume warned about each and then trained from update 0, replacing them
+    and the best checkpoint with a new run's. It is refused in one line, before the data is read; --overwrite is
+    how to start over."""
+    config = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 8, "tensorboard": False}))
+    train(config, progress=False)
+    for path in ckpt.list_step_checkpoints(tmp_path / "run"):
+        path.write_bytes(path.read_bytes()[:1000])
+    before = {p.name: p.read_bytes() for p in ckpt.checkpoint_dir(tmp_path / "run").iterdir()}
+    with pytest.raises(UserError, match=r"no checkpoint in .*checkpoints loads \(each is named above\), so .*run "
+                                        r"cannot be resumed; restore one, or pass --overwrite"):
+        train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 9, "tensorboard": False})),
+              progress=False)
+    assert {p.name: p.read_bytes() for p in ckpt.checkpoint_dir(tmp_path / "run").iterdir()} == before
+    assert train(config, overwrite=True, progress=False).step == 8
+
+
 def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(tmp_path, demo_data):
     """config.yaml deleted: another model config is refused in one line (before, loading the weights into the
     other model ended in a traceback of size mismatches), and --overwrite replaces the run, TensorBoard events
