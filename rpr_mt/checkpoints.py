@@ -26,6 +26,7 @@ import json
 import os
 import pickle
 import re
+import shutil
 import tempfile
 import warnings
 from pathlib import Path
@@ -87,8 +88,11 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
     if path.is_symlink():  # the link's file is written (beside it) and the link kept, not replaced by a file
         path = Path(os.path.realpath(path))
     payload = {**payload, "checksum": content_checksum(payload)}
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp_name = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
+    except OSError as exc:
+        raise UserError(f"cannot write {path} ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as handle:
             torch.save(payload, handle)
@@ -96,9 +100,14 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
             os.fsync(handle.fileno())
         fault_point("checkpoint_write")
         os.replace(tmp_name, path)
-    except BaseException:
+    except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
-        raise
+        reason = _write_failure(exc, path.parent)
+        if reason is None:
+            raise
+        # a full disk or quota: one line, not a traceback
+        kept = "the file there is unchanged" if path.exists() else "nothing was written"
+        raise UserError(f"cannot write {path} ({reason}); {kept}") from None
     try:  # make the rename itself durable
         dir_fd = os.open(path.parent, os.O_RDONLY)
         try:
@@ -107,6 +116,21 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
             os.close(dir_fd)
     except OSError:
         pass
+
+
+def _write_failure(exc: BaseException, directory: Path) -> str | None:
+    """Why writing a checkpoint into ``directory`` failed, in words, when ``exc`` is a failed write (None for
+    anything else). torch's zip writer reports a short write (a full disk, a file size limit) as a RuntimeError
+    of its own ("unexpected pos"), without the OS's reason: the disk's free space then says what it can."""
+    if isinstance(exc, OSError):
+        return exc.strerror or str(exc)
+    if isinstance(exc, RuntimeError) and any(m in str(exc) for m in ("inline_container", "PytorchStreamWriter")):
+        try:
+            free = f"{shutil.disk_usage(directory).free / 2**20:,.0f} MiB free there"
+        except OSError:
+            free = "free space unknown"
+        return f"torch's writer failed: {str(exc).splitlines()[0]}; {free}: a full disk or a file size limit?"
+    return None
 
 
 def load_checkpoint(path: str | Path, map_location: str | torch.device = "cpu") -> dict[str, Any]:

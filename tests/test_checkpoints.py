@@ -276,3 +276,31 @@ def test_a_ctranslate2_export_is_named_as_such(tmp_path, given, with_info):
         ckpt.resolve_checkpoint(path)
     (export / "other.pt").write_bytes(b"x")  # another file of that folder is not the export
     assert ckpt.resolve_checkpoint(export / "other.pt") == export / "other.pt"
+
+
+@pytest.mark.parametrize("failure, reason", [
+    (OSError(28, "No space left on device"), r"\(No space left on device\)"),
+    # torch's zip writer reports a short write as its own RuntimeError, without the OS's reason
+    (RuntimeError("[enforce fail at inline_container.cc:672] . unexpected pos 704 vs 598"),
+     r"\(torch's writer failed: .*unexpected pos 704 vs 598; .* MiB free there: a full disk or a file size limit\?\)"),
+])
+def test_a_failed_write_is_one_line_naming_the_file_and_keeps_the_old_one(tmp_path, monkeypatch, failure, reason):
+    """A full disk ended a run in a traceback (OSError, or torch's RuntimeError) in the middle of training."""
+    path = tmp_path / "checkpoint_00000004.pt"
+    ckpt.save_checkpoint({"w": torch.ones(2)}, path)
+    before = path.read_bytes()
+
+    def full_disk(obj, handle, *args, **kwargs):
+        handle.write(b"PK\x03\x04partial")
+        raise failure
+
+    monkeypatch.setattr(ckpt.torch, "save", full_disk)
+    with pytest.raises(UserError, match=rf"^cannot write {re.escape(str(path))} {reason}; the file there is unchanged$"):
+        ckpt.save_checkpoint({"w": torch.zeros(2)}, path)
+    assert path.read_bytes() == before and sorted(p.name for p in tmp_path.iterdir()) == [path.name]
+
+
+def test_an_error_of_torch_save_that_is_not_a_write_is_not_hidden(tmp_path, monkeypatch):
+    monkeypatch.setattr(ckpt.torch, "save", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
+    with pytest.raises(RuntimeError, match="a bug"):
+        ckpt.save_checkpoint({"w": torch.zeros(2)}, tmp_path / "c.pt")

@@ -72,14 +72,24 @@ class Checkpoints:
         """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it."""
         path = step_checkpoint_path(self.run_dir, state.step)
         if self.dd.is_main:
-            save_checkpoint(state.payload(**self.parts), path)
+            self._write(state, path)
             prune_checkpoints(self.run_dir, self.t.keep_last, self.interrupted_at)
         self.last = path
         self.dd.barrier()
 
     def save_best(self, state: TrainState) -> None:
         """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""
-        save_checkpoint(state.payload(**self.parts), checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
+        self._write(state, checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
+
+    def _write(self, state: TrainState, path: Path) -> None:
+        """A failed write (a full disk) stops the run with one line that says what it kept."""
+        try:
+            save_checkpoint(state.payload(**self.parts), path)
+        except UserError as exc:
+            kept = list_step_checkpoints(self.run_dir)
+            resume = f"its latest checkpoint is {kept[-1]}" if kept else "it has no checkpoint yet"
+            raise UserError(f"{exc}; the run stops at update {state.step}: {resume} (free some space, then run the "
+                            "same command to resume)") from None
 
 
 def average_last(run_dir: Path, t: TrainConfig, logger: Logger) -> None:

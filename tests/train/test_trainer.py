@@ -176,6 +176,26 @@ def test_a_run_whose_checkpoints_all_fail_to_load_is_refused_not_started_over(tm
     assert train(config, overwrite=True, progress=False).step == 8
 
 
+def test_a_full_disk_stops_the_run_in_one_line_naming_its_latest_checkpoint(tmp_path, demo_data, monkeypatch):
+    """A checkpoint write that failed for want of space ended the run in a traceback."""
+    saves = []
+    real_save = torch.save
+
+    def fills_the_disk(obj, handle, *args, **kwargs):  # the second write: the best checkpoint at update 8
+        saves.append(1)
+        if len(saves) == 2:
+            raise OSError(28, "No space left on device")
+        return real_save(obj, handle, *args, **kwargs)
+
+    monkeypatch.setattr(ckpt.torch, "save", fills_the_disk)
+    config = config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 8, "validate_every": 100,
+                                                                       "tensorboard": False}))
+    with pytest.raises(UserError, match=r"^cannot write .*checkpoint_best.pt \(No space left on device\); nothing was "
+                                        r"written; the run stops at update 8: its latest checkpoint is "
+                                        r".*checkpoint_00000004.pt \(free some space, then run the same command"):
+        train(config, progress=False)
+
+
 def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(tmp_path, demo_data):
     """config.yaml deleted: another model config is refused in one line (before, loading the weights into the
     other model ended in a traceback of size mismatches), and --overwrite replaces the run, TensorBoard events
