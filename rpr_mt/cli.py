@@ -211,7 +211,8 @@ def prepare(
 def train(
     config: Optional[Path] = ConfigOption,
     set_: Optional[List[str]] = SetOption,
-    overwrite: bool = typer.Option(False, "--overwrite", help="Delete the run in run_dir (checkpoints, metrics) and start over, whatever its config."),
+    overwrite: bool = typer.Option(
+        False, "--overwrite", help="Delete the run in run_dir (checkpoints, metrics) and start over, whatever its config."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress",
