@@ -34,7 +34,7 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from rpr_mt.config import Config, config_from_dict, model_settings_read
+from rpr_mt.config import Config, config_from_dict, model_settings_read, yaml_value
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
@@ -362,8 +362,9 @@ def _different_model(payload: dict[str, Any], reference: dict[str, Any]) -> str 
     keys = [key for key in sorted(set(ours) | set(theirs)) if ours.get(key) != theirs.get(key)]
     if not keys:
         return None
-    return ", ".join(f"model.{key} {ours.get(key)!r} against {theirs.get(key)!r}" for key in keys[:3]) + \
-        (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
+    shown = ", ".join(f"model.{key} {yaml_value(ours.get(key))} against {yaml_value(theirs.get(key))}"
+                      for key in keys[:3])
+    return shown + (f" and {len(keys) - 3} more" if len(keys) > 3 else "")
 
 
 def _refuse_repeats(paths: list[Path]) -> list[int | None]:

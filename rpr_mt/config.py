@@ -223,7 +223,7 @@ class Config:
         d, m, t, dec = self.data, self.model, self.train, self.decode
         for key in ("src_lang", "tgt_lang"):  # the BLEU tokenizer's language: a typo must not change the score silently
             _require(getattr(d, key) in ISO_639_1, f"data.{key} must be a two-letter ISO 639-1 language code such as "
-                     f"en, de or fr (got {getattr(d, key)!r})")
+                     f"en, de or fr (got {yaml_value(getattr(d, key))})")
         validate_data(d)
         _require(d.vocab_size >= 16, "data.vocab_size must be at least 16")
         _require(d.max_words > 0, "data.max_words must be positive")
@@ -259,7 +259,8 @@ class Config:
                  f"model.t5.num_buckets must be an even number >= 4 (got {m.t5.num_buckets})")
         _require(m.t5.max_distance > m.t5.num_buckets // 2,
                  f"model.t5.max_distance must exceed model.t5.num_buckets / 2 (got {m.t5.max_distance})")
-        _require(m.xl.clip is None or m.xl.clip >= 0, f"model.xl.clip must be >= 0 or null (got {m.xl.clip})")
+        _require(m.xl.clip is None or m.xl.clip >= 0,
+                 f"model.xl.clip must be >= 0 or null (got {yaml_value(m.xl.clip)})")
         _require(math.isfinite(m.rope.base) and m.rope.base > 1.0, f"model.rope.base must be > 1 (got {m.rope.base})")
         if m.positions == "rope":
             _require((m.d_model // m.n_heads) % 2 == 0,
@@ -296,8 +297,9 @@ class Config:
             for f in dataclasses.fields(section):
                 value = getattr(section, f.name)
                 values = value if isinstance(value, tuple) else (value,)
-                _require(all(not isinstance(v, float) or math.isfinite(v) for v in values),
-                         f"{_SECTION_NAMES[type(section)]}.{f.name} must be a finite number (got {value})")
+                if not all(not isinstance(v, float) or math.isfinite(v) for v in values):  # (nested sections: no)
+                    raise UserError(f"{_SECTION_NAMES[type(section)]}.{f.name} must be a finite number "
+                                    f"(got {yaml_value(value)})")
         _require(dec.beam_size >= 1, f"decode.beam_size must be >= 1 (got {dec.beam_size})")
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
@@ -318,7 +320,8 @@ def validate_data(config: DataConfig) -> None:
         raise UserError(f"data.src_lang and data.tgt_lang must differ (both are '{config.src_lang}')")
     for key in ("src_lang", "tgt_lang"):
         if not _SPLIT_NAME.match(getattr(config, key)):
-            raise UserError(f"data.{key} must be a plain language code like 'en' (got {getattr(config, key)!r})")
+            raise UserError(f"data.{key} must be a plain language code like 'en' "
+                            f"(got {yaml_value(getattr(config, key))})")
     names = config.demo_sizes if config.source == "demo" else config.splits if config.source == "files" else {}
     prefix = "data.demo_sizes" if config.source == "demo" else "data.splits"
     for name in names:
@@ -335,7 +338,7 @@ def validate_data(config: DataConfig) -> None:
     if config.source == "demo" and "train" not in config.demo_sizes:
         raise UserError("data.demo_sizes must have a 'train' entry")
     if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
-        raise UserError(f"data.output_dir must name a directory of its own (got {config.output_dir!r})")
+        raise UserError(f"data.output_dir must name a directory of its own (got {yaml_value(config.output_dir)})")
     if config.max_train_pairs is not None and config.max_train_pairs <= 0:
         raise UserError("data.max_train_pairs must be positive")
     if config.multi30k_text == "tok" and (config.source != "multi30k" or config.multi30k_dir is None):
@@ -392,6 +395,28 @@ _StrictLoader.add_implicit_resolver(_BOOL, re.compile(r"^(?:true|True|TRUE|false
 
 # Exponent notation without a dot (1e-9, -3E4), which YAML 1.1 leaves as a string.
 _YAML11_FLOAT_GAP = re.compile(r"[-+]?[0-9]+[eE][-+]?[0-9]+")
+
+
+def yaml_value(value: Any) -> str:
+    """``value`` as a config file spells it: null, true/false, strings bare unless YAML needs quotes ('no', '010'),
+    [0.9, 0.98]. Messages about config values use it, so that they show what the user wrote in the YAML, not
+    Python's None/True/'text'."""
+    def plain(v: Any) -> Any:  # tuples (train.adam_betas) are lists in YAML, sections are mappings
+        if dataclasses.is_dataclass(v):
+            return plain(dataclasses.asdict(v))
+        if isinstance(v, (list, tuple)):
+            return [plain(x) for x in v]
+        if isinstance(v, dict):
+            return {k: plain(x) for k, x in v.items()}
+        return v
+
+    def dump(style: str | None) -> str:
+        text = yaml.safe_dump(plain(value), default_flow_style=True, default_style=style, width=float("inf"),
+                              allow_unicode=True, sort_keys=False)
+        return text.removesuffix("\n").removesuffix("\n...")  # a bare scalar is dumped as a document: "null\n...\n"
+
+    text = dump(None)
+    return text if "\n" not in text else dump('"')  # a line break inside: "a\nb", escaped, keeps the message one line
 
 
 def _require(condition: bool, message: str) -> None:
@@ -497,7 +522,8 @@ def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
     if isinstance(model_raw, dict) and model_raw.get("preset") is not None:
         preset = model_raw["preset"]
         if preset not in PRESETS:
-            raise UserError(f"{origin}: model.preset must be one of {sorted(PRESETS)} (got {preset!r})")
+            raise UserError(f"{origin}: model.preset must be one of {yaml_value(sorted(PRESETS))} "
+                            f"(got {yaml_value(preset)})")
         raw["model"] = {**PRESETS[preset], **model_raw}
     config = _build(Config, raw, prefix="", origin=origin)
     expand_home(config)
@@ -638,7 +664,7 @@ def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
     args = typing.get_args(tp)
 
     def fail(expected: str) -> UserError:
-        return UserError(f"{origin}: {key} must be {expected}, got {value!r}")
+        return UserError(f"{origin}: {key} must be {expected}, got {yaml_value(value)}")
 
     if dataclasses.is_dataclass(tp):
         return _build(tp, value if value is not None else {}, f"{key}.", origin)
@@ -655,10 +681,10 @@ def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
         raise errors[0]
     if origin_tp is Literal:
         if value not in args:
-            choices = ", ".join(repr(a) for a in args)
+            choices = ", ".join(yaml_value(a) for a in args)
             suggestion = difflib.get_close_matches(str(value), [str(a) for a in args], n=1)
-            hint = f" (did you mean {suggestion[0]!r}?)" if suggestion else ""
-            raise UserError(f"{origin}: {key} must be one of {choices}, got {value!r}{hint}")
+            hint = f" (did you mean '{suggestion[0]}'?)" if suggestion else ""  # quoted as the key suggestions are
+            raise UserError(f"{origin}: {key} must be one of {choices}, got {yaml_value(value)}{hint}")
         return value
     if tp is bool:
         if not isinstance(value, bool):

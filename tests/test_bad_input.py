@@ -494,7 +494,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "checkpoint_avg.pt is already an average (2 checkpoints: checkpoint_00000004.pt .. checkpoint_00000008.pt)"),
     # a bad --set value is the override's error, not the config file's (which was blamed for it)
     ("train: --set a word to an integer", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set", "model.clip=abc"],
-     "error: --set model.clip=abc: model.clip must be an integer, got 'abc'"),
+     "error: --set model.clip=abc: model.clip must be an integer, got abc"),
     ("train: --set maybe to a bool", lambda r: ["train", "--config", f"{r}/fine.yaml", "--set",
                                                "train.valid_bleu=maybe"],
      "error: --set train.valid_bleu=maybe: train.valid_bleu must be true or false"),

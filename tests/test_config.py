@@ -5,7 +5,7 @@ from pathlib import Path
 
 import pytest
 
-from rpr_mt.config import Config, config_from_dict, config_to_dict, load_config, save_config
+from rpr_mt.config import Config, config_from_dict, config_to_dict, load_config, save_config, yaml_value
 from rpr_mt.errors import UserError
 
 
@@ -370,3 +370,18 @@ def test_a_preset_set_over_a_file_that_sets_its_keys_says_which_the_file_kept(tm
         load_config(quiet, ["model.preset=big"])
         load_config(Path(__file__).resolve().parents[1] / "configs" / "wmt14_en_de_big_rel.yaml")
     assert caplog.records == []
+
+
+def test_values_in_messages_are_spelled_as_yaml():
+    """A user's YAML says null, true and a bare path: messages that show a value must not say None, True or
+    '/path' (Python's spellings), and must quote what YAML would read as something else."""
+    assert [yaml_value(v) for v in (None, True, False, "/data/x", 0.003, (0.9, 0.98))] == \
+        ["null", "true", "false", "/data/x", "0.003", "[0.9, 0.98]"]
+    assert yaml_value("no") == "'no'" and yaml_value("010") == "'010'" and yaml_value("") == "''"
+    assert yaml_value("a\nb") == '"a\\nb"'  # a line break stays escaped: the error is one line
+    with pytest.raises(UserError, match=r"train.max_tokens must be an integer, got true$"):
+        config_from_dict({"train": {"max_tokens": True}})
+    with pytest.raises(UserError, match=r"train.run_dir must be a string, got null$"):
+        config_from_dict({"train": {"run_dir": None}})
+    with pytest.raises(UserError, match=r"model.positions must be one of relative, absolute, .*, got false"):
+        config_from_dict({"model": {"positions": False}})

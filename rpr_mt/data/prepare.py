@@ -30,7 +30,7 @@ from pathlib import Path
 from typing import Any, Iterator, Optional, TextIO
 
 import rpr_mt
-from rpr_mt.config import DataConfig, validate_data
+from rpr_mt.config import DataConfig, validate_data, yaml_value
 from rpr_mt.data import binarize, sources
 from rpr_mt.data.clean import CleanStats, TrainFilter, require_some_kept, write_clean_split
 from rpr_mt.data.vocab import BOS_ID, EOS_ID, MODEL_FILE, PAD_ID, UNK_ID, ReservoirSample, Vocab, \
@@ -394,7 +394,7 @@ def _record_unchanged_inputs(out: Path, config: DataConfig, manifest: dict[str, 
 
 
 def _short(value: Any) -> str:
-    text = json.dumps(value, sort_keys=True)
+    text = yaml_value(value)
     return text if len(text) <= 60 else text[:57] + "..."
 
 

@@ -32,7 +32,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config
+from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
 from rpr_mt.provenance import code_version
 
@@ -283,7 +283,8 @@ def check_base_settings(plan: dict[str, Any] | None, root: str | Path, config_pa
     if recorded is not None and recorded != base:
         changes = _differences(recorded, base) + [(key, None) for key, _ in _differences(base, recorded)
                                                   if _setting(base, key) is _MISSING]
-        shown = ", ".join(f"{key}: {_setting(recorded, key)} -> {_setting(base, key)}" for key, _ in changes[:3])
+        shown = ", ".join(f"{key}: {_shown(_setting(recorded, key))} -> {_shown(_setting(base, key))}"
+                          for key, _ in changes[:3])
         raise UserError(
             f"{config_path} (with its overrides) changed since this sweep planned its runs in {root} ({shown}"
             f"{', ...' if len(changes) > 3 else ''}): the runs there were trained with the settings before; restore "
@@ -313,6 +314,11 @@ def _base_settings(config_path: str | Path, overrides: list[str]) -> dict[str, A
 
 
 _MISSING = object()
+
+
+def _shown(value: Any) -> str:
+    """A recorded setting as the config spells it; one the record lacks is unset."""
+    return "(unset)" if value is _MISSING else yaml_value(value)
 
 
 def _setting(settings: dict[str, Any], dotted: str) -> Any:

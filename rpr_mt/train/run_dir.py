@@ -18,7 +18,7 @@ except ImportError:  # pragma: no cover
     fcntl = None  # type: ignore[assignment]
 
 from rpr_mt.checkpoints import checkpoint_dir
-from rpr_mt.config import Config, config_to_dict, unused_model_settings
+from rpr_mt.config import Config, config_to_dict, unused_model_settings, yaml_value
 from rpr_mt.errors import UserError
 from rpr_mt.train.checkpointing import latest_valid_checkpoint
 
@@ -108,7 +108,7 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         if name not in old and b == defaults.get(name):
             continue
         if a != b:
-            diffs.append(f"{name}: {a!r} -> {b!r}")
+            diffs.append(f"{name}: {yaml_value(a)} -> {yaml_value(b)}")
     return diffs
 
 
@@ -124,8 +124,8 @@ def dev_measure_changes(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
     sections = _section_paths(Config())
     defaults = _flat(config_to_dict(Config()), sections)
     old, new = _flat(old, sections), _flat(new, sections)
-    return [f"{name}: {old.get(name, defaults.get(name))!r} -> {new.get(name)!r}" for name in DEV_MEASURE_KEYS
-            if old.get(name, defaults.get(name)) != new.get(name)]
+    return [f"{name}: {yaml_value(old.get(name, defaults.get(name)))} -> {yaml_value(new.get(name))}"
+            for name in DEV_MEASURE_KEYS if old.get(name, defaults.get(name)) != new.get(name)]
 
 
 def _section_paths(config: Any, prefix: str = "") -> set[str]:

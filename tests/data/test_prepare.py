@@ -220,11 +220,11 @@ def test_multi30k_text_change_names_both_values(tmp_path):
                         vocab_size=60)
     prepare(config, progress=False)
     config.multi30k_text = "tok"
-    assert check_prepared(config) == 'stale: data.multi30k_text changed ("raw" -> "tok")'
+    assert check_prepared(config) == 'stale: data.multi30k_text changed (raw -> tok)'
     prepare(config, progress=False)
     config.multi30k_text = "raw"
-    assert check_prepared(config) == 'stale: data.multi30k_text changed ("tok" -> "raw")'
-    assert settings_changed_since_prepared(config) == 'data.multi30k_text "tok" there, "raw" in this config'
+    assert check_prepared(config) == 'stale: data.multi30k_text changed (tok -> raw)'
+    assert settings_changed_since_prepared(config) == 'data.multi30k_text tok there, raw in this config'
 
 
 def test_irrelevant_key_change_keeps_data(tmp_path):

@@ -29,3 +29,14 @@ def test_a_held_lock_is_not_acquired_and_leaves_the_directory(tmp_path):
     with RunDirLock(tmp_path / "run") as first, RunDirLock(tmp_path / "run") as second:
         assert first.acquired and not second.acquired
     assert (tmp_path / "run").is_dir()  # it existed before: kept, lock file and all
+
+
+def test_config_differences_spell_values_as_yaml():
+    """The refusal to resume quotes the settings as the user's YAML has them: null and a bare path, not
+    None -> '/path'."""
+    from rpr_mt.config import Config, config_to_dict
+
+    old, new = config_to_dict(Config()), config_to_dict(Config())
+    new["train"]["init_from"] = "/runs/base"
+    new["data"]["dedup"] = True
+    assert run_dir.config_differences(old, new) == ["data.dedup: false -> true", "train.init_from: null -> /runs/base"]
