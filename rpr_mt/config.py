@@ -22,7 +22,7 @@ import types
 import typing
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Literal, Optional, Union
+from typing import Any, Callable, Literal, Optional, Union
 
 import yaml
 
@@ -221,6 +221,14 @@ class Config:
     def validate(self) -> "Config":
         """Reject impossible combinations with a message naming the key."""
         d, m, t, dec = self.data, self.model, self.train, self.decode
+        # First: NaN fails every comparison below, whose messages ("must be positive") would not say what is wrong
+        for section in (d, m, t, dec):
+            for f in dataclasses.fields(section):
+                value = getattr(section, f.name)
+                values = value if isinstance(value, tuple) else (value,)
+                if not all(not isinstance(v, float) or math.isfinite(v) for v in values):  # (nested sections: no)
+                    raise UserError(f"{_SECTION_NAMES[type(section)]}.{f.name} must be a finite number "
+                                    f"(got {yaml_value(value)})")
         for key in ("src_lang", "tgt_lang"):  # the BLEU tokenizer's language: a typo must not change the score silently
             _require(getattr(d, key) in ISO_639_1, f"data.{key} must be a two-letter ISO 639-1 language code such as "
                      f"en, de or fr (got {yaml_value(getattr(d, key))})")
@@ -278,7 +286,8 @@ class Config:
         _require(0.0 <= t.warmup_fraction < 1.0, "train.warmup_fraction must be in [0, 1)")
         _require(t.lr_schedule != "budget" or t.max_time is not None, "train.lr_schedule 'budget' needs train.max_time")
         _require(t.lr_schedule != "cosine" or t.max_steps is not None, "train.lr_schedule 'cosine' needs train.max_steps")
-        _require(t.lr_scale > 0 and t.peak_lr > 0, "train.lr_scale and train.peak_lr must be positive")
+        for key in ("lr_scale", "peak_lr"):  # each its own message: the user must see which one is wrong
+            _require(getattr(t, key) > 0, f"train.{key} must be positive (got {yaml_value(getattr(t, key))})")
         _require(all(0.0 <= b < 1.0 for b in t.adam_betas), "train.adam_betas must be in [0, 1)")
         _require(0.0 <= t.label_smoothing < 1.0, "train.label_smoothing must be in [0, 1)")
         _require(t.clip_norm >= 0.0, "train.clip_norm must be >= 0")
@@ -293,13 +302,6 @@ class Config:
         _require(0.0 <= t.final_lr_fraction <= 1.0, f"train.final_lr_fraction must be in [0, 1] (got {t.final_lr_fraction})")
         _require(t.adam_eps > 0.0, f"train.adam_eps must be positive (got {t.adam_eps})")
         _require(dec.length_penalty >= 0.0, f"decode.length_penalty must be >= 0 (got {dec.length_penalty})")
-        for section in (d, m, t, dec):  # NaN passes no comparison above only where one was written: check them all
-            for f in dataclasses.fields(section):
-                value = getattr(section, f.name)
-                values = value if isinstance(value, tuple) else (value,)
-                if not all(not isinstance(v, float) or math.isfinite(v) for v in values):  # (nested sections: no)
-                    raise UserError(f"{_SECTION_NAMES[type(section)]}.{f.name} must be a finite number "
-                                    f"(got {yaml_value(value)})")
         _require(dec.beam_size >= 1, f"decode.beam_size must be >= 1 (got {dec.beam_size})")
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
@@ -430,6 +432,7 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, use
     ``user_given=False``: a run's saved config, which the user did not write: no warnings about settings the
     position scheme or a preset ignores, and no refusal of a setting that was ignored when the run was made."""
     raw: dict[str, Any] = {}
+    lines: dict[str, int] = {}  # the line of each key in the file, for validation errors
     if path is not None:
         path = Path(path)
         if path.is_dir():
@@ -450,15 +453,19 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, use
         if not isinstance(loaded, dict):
             raise UserError(f"{path}: the top level must be a mapping of sections (data, model, train, decode)")
         raw = loaded
+        lines = _key_lines(text)
     # Where each model setting was given (the last --set of a key wins over the file), for the warnings below.
     model_raw = raw.get("model")
     given = {key: str(path) for key in model_raw} if isinstance(model_raw, dict) else {}
+    set_by: dict[str, str] = {}  # dotted key -> the --set that gave it last
     for override in overrides or []:
         _apply_override(raw, override)
         keys = override.partition("=")[0].strip().split(".")
+        set_by[".".join(keys)] = f"--set {override.strip()}"
         if keys[0] == "model":
             given[keys[1]] = f"--set {override.strip()}"
-    config = config_from_dict(raw, origin=str(path) if path is not None else "config")
+    config = config_from_dict(raw, origin=str(path) if path is not None else "config",
+                              locate=_locator(path, lines, set_by))
     if given.get("positions", "").startswith("--set"):
         # The scheme was switched by an override (as a sweep's cells do): the file's settings are evidently for the
         # file's own scheme, and a warning about them is one the user cannot act on. Overrides are still checked.
@@ -515,8 +522,12 @@ def warn_unused_settings(model: ModelConfig, given: dict[str, str]) -> None:
             log.warning(message)
 
 
-def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
-    """Build a validated ``Config`` from plain nested dicts (YAML or a checkpoint's saved config)."""
+def config_from_dict(raw: dict[str, Any], origin: str = "config",
+                     locate: Callable[[list[str]], str | None] | None = None) -> Config:
+    """Build a validated ``Config`` from plain nested dicts (YAML or a checkpoint's saved config).
+
+    ``locate``: where the settings a validation error names (``train.max_steps``) were given, as the error's prefix
+    (``load_config``: the file and line, or the --set); by default ``origin``, unless that is the generic "config"."""
     raw = dict(raw)
     model_raw = raw.get("model")
     if isinstance(model_raw, dict) and model_raw.get("preset") is not None:
@@ -527,7 +538,56 @@ def config_from_dict(raw: dict[str, Any], origin: str = "config") -> Config:
         raw["model"] = {**PRESETS[preset], **model_raw}
     config = _build(Config, raw, prefix="", origin=origin)
     expand_home(config)
-    return config.validate()
+    try:
+        return config.validate()
+    except UserError as exc:
+        where = (locate or (lambda keys: None if origin == "config" else origin))(_KEY_IN_MESSAGE.findall(str(exc)))
+        if where is None:
+            raise
+        raise UserError(f"{where}: {exc}") from None
+
+
+# The settings a validation message names: "train.max_steps", "model.t5.num_buckets", "data.splits.dev"
+_KEY_IN_MESSAGE = re.compile(r"\b(?:data|model|train|decode)(?:\.[\w-]+)+")
+
+
+def _key_lines(text: str) -> dict[str, int]:
+    """The line of each key of a YAML config, by its dotted name: {"train": 20, "train.max_steps": 23, ...}."""
+    lines: dict[str, int] = {}
+
+    def walk(node: yaml.Node, prefix: str) -> None:
+        if isinstance(node, yaml.MappingNode):
+            for key_node, value_node in node.value:
+                if isinstance(key_node, yaml.ScalarNode):
+                    lines[prefix + key_node.value] = key_node.start_mark.line + 1
+                    walk(value_node, f"{prefix}{key_node.value}.")
+
+    walk(yaml.compose(text, Loader=_StrictLoader), "")
+    return lines
+
+
+def _locator(path: Path | None, lines: dict[str, int], set_by: dict[str, str]) -> Callable[[list[str]], str | None]:
+    """Where the settings ``keys`` of a validation error were given: the first given by a --set (``set_by``: dotted
+    key -> "--set key=value"), else the config file at the first one's line (``lines``), else the file itself (the
+    value is a default, or a preset's, which the file chose). A key is given where it, a section above it or a
+    setting below it was."""
+    def given(key: str, where: dict[str, Any]) -> Any:
+        parts = key.split(".")
+        above = (where[".".join(parts[:n])] for n in range(len(parts), 0, -1) if ".".join(parts[:n]) in where)
+        below = (value for name, value in where.items() if name.startswith(key + "."))  # data.splits.train.src
+        return next(above, None) or next(below, None)
+
+    def locate(keys: list[str]) -> str | None:
+        for key in keys:
+            if given(key, set_by) is not None:
+                return given(key, set_by)
+        for key in keys:
+            line = given(key, {k: v for k, v in lines.items() if "." in k})  # a section's line says too little
+            if line is not None and path is not None:
+                return f"{path}: line {line}"
+        return None if path is None else str(path)
+
+    return locate
 
 
 def expand_home(config: Config) -> None:

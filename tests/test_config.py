@@ -64,7 +64,7 @@ def test_int_accepted_for_float_and_lists_become_tuples():
         ("train:\n  max_steps: 5\ntrain:\n  seed: 2\n", "duplicate key 'train' (first on line 1)"),
         ("train:\n  final_lr_fraction: -0.1\n", "train.final_lr_fraction must be in [0, 1]"),
         ("train:\n  adam_eps: -1e-9\n", "train.adam_eps must be positive"),
-        ("train:\n  adam_betas: [0.9, .nan]\n", "train.adam_betas must be in [0, 1)"),
+        ("train:\n  adam_betas: [0.9, .nan]\n", "line 2: train.adam_betas must be a finite number (got [0.9, .nan])"),
         ("decode:\n  length_penalty: -0.6\n", "decode.length_penalty must be >= 0"),
         ("decode:\n  length_penalty: .nan\n", "decode.length_penalty must be"),
         ("train:\n  peak_lr: .inf\n", "train.peak_lr must be a finite number"),
@@ -196,7 +196,7 @@ def test_a_whole_section_or_a_key_below_a_value_in_set_is_named_as_set(tmp_path)
 def test_average_last_may_not_exceed_keep_last():
     """Averaging needs the last average_last checkpoints, and the run deletes all but keep_last of them before the
     end: refused up front, not warned about once the run is over."""
-    with pytest.raises(UserError, match=r"^train.average_last \(10\) must not exceed train.keep_last \(5\)") as info:
+    with pytest.raises(UserError, match=r"^--set train.average_last=10: train.average_last \(10\) must not exceed train.keep_last \(5\)") as info:
         load_config(None, ["train.average_last=10", "train.keep_last=5"])
     assert "\n" not in str(info.value)
     assert load_config(None, ["train.average_last=5", "train.keep_last=5"]).train.average_last == 5
@@ -206,7 +206,7 @@ def test_average_last_may_not_exceed_keep_last():
 @pytest.mark.parametrize("source", ["demo", "multi30k", "wmt14"])
 def test_data_splits_are_refused_where_the_source_does_not_read_them(source):
     """Only data.source files reads data.splits; with another source the files named were ignored without a word."""
-    with pytest.raises(UserError, match=rf"^data.splits is read only when data.source is files \(it is {source}\)"):
+    with pytest.raises(UserError, match=rf"^--set data.splits.train.src=x.en: data.splits is read only when data.source is files \(it is {source}\)"):
         load_config(None, [f"data.source={source}", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
     cfg = load_config(None, ["data.source=files", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
     assert cfg.data.splits["train"].src == "x.en"
@@ -385,3 +385,27 @@ def test_values_in_messages_are_spelled_as_yaml():
         config_from_dict({"train": {"run_dir": None}})
     with pytest.raises(UserError, match=r"model.positions must be one of relative, absolute, .*, got false"):
         config_from_dict({"model": {"positions": False}})
+
+
+def test_a_value_out_of_range_names_the_file_and_line_or_the_set_that_gave_it(tmp_path):
+    """train.max_steps: 0 is as much the config file's error as an unknown key: the message says where to fix it."""
+    config = tmp_path / "c.yaml"
+    config.write_text("model:\n  d_model: 64\ntrain:\n  seed: 3\n  max_steps: 0\n")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(config))}: line 5: train.max_steps must be positive$"):
+        load_config(config, [])
+    with pytest.raises(UserError, match=r"^--set model.n_heads=3: model.d_model \(64\) must be divisible"):
+        load_config(config, ["train.max_steps=5", "model.n_heads=3"])  # the --set made it wrong, not the file
+    with pytest.raises(UserError, match=rf"^{re.escape(str(config))}: train needs at least one of"):
+        load_config(config, ["train.max_steps=null"])  # no key named: the file
+    with pytest.raises(UserError, match=r"^train.max_steps must be positive$"):
+        config_from_dict({"train": {"max_steps": 0}})  # built in code: nothing to name
+
+
+def test_a_bad_learning_rate_is_named_alone():
+    """'lr_scale and peak_lr must be positive' left the user to guess which; NaN is called NaN."""
+    with pytest.raises(UserError, match=r"^train.peak_lr must be positive \(got -0.1\)$"):
+        config_from_dict({"train": {"peak_lr": -0.1}})
+    with pytest.raises(UserError, match=r"^train.lr_scale must be positive \(got 0.0\)$"):
+        config_from_dict({"train": {"lr_scale": 0}})
+    with pytest.raises(UserError, match=r"^train.peak_lr must be a finite number \(got .nan\)$"):
+        config_from_dict({"train": {"peak_lr": float("nan")}})
