@@ -175,7 +175,7 @@ def user_errors(fn: F) -> F:
             _say(f"error: {exc}")
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as exc:
-            signum = getattr(exc, "signum", None)  # rpr_mt.train.signals.Terminated: SIGTERM or SIGHUP
+            signum = getattr(exc, "signum", None)  # rpr_mt.train.signals.Terminated (SIGINT too before training)
             _say("interrupted" if signum is None else f"stopped by {exc}")
             raise typer.Exit(130 if signum is None else 128 + signum) from None
         except BrokenPipeError:  # `rpr-mt translate ... | head` is not an error

@@ -42,10 +42,11 @@ class StopSignal:
 
 
 class Terminated(KeyboardInterrupt):
-    """SIGTERM or SIGHUP raised as an interrupt by ``interrupt_on_stop_signals``; ``signum``: which one."""
+    """SIGTERM or SIGHUP raised as an interrupt by ``interrupt_on_stop_signals``; ``signum``: which one. Its text is
+    the signal's name and ``detail`` (what the CLI prints after "stopped by")."""
 
-    def __init__(self, signum: int) -> None:
-        super().__init__(signal.Signals(signum).name)
+    def __init__(self, signum: int, detail: str = "") -> None:
+        super().__init__(signal.Signals(signum).name + (f" {detail}" if detail else ""))
         self.signum = signum
 
 
@@ -67,3 +68,17 @@ def interrupt_on_stop_signals() -> Iterator[None]:
     finally:
         for sig, handler in previous.items():
             signal.signal(sig, handler)
+
+
+@contextlib.contextmanager
+def before_first_update() -> Iterator[None]:
+    """Training's start-up (the run directory, the data, the model), until ``StopSignal`` takes over at the loop:
+    SIGINT, SIGTERM and SIGHUP stop it as ``Terminated`` saying that there is nothing to save. SIGTERM's default
+    ended the process silently with 143, where the README promises a checkpoint and a stop; no update has been
+    made, so none is written (a resumed run's checkpoints are as they were)."""
+    try:
+        with interrupt_on_stop_signals():
+            yield
+    except KeyboardInterrupt as exc:  # Ctrl-C, or this block's (or data preparation's) Terminated
+        signum = getattr(exc, "signum", signal.SIGINT)
+        raise Terminated(signum, "before the first update; nothing to save") from None

@@ -51,7 +51,7 @@ from rpr_mt.train.optimizer import build_optimizer
 from rpr_mt.train.run_dir import RunDirLock, check_run_dir, config_differences, dev_measure_changes, \
     remove_previous_run, saved_config
 from rpr_mt.train.schedule import learning_rate
-from rpr_mt.train.signals import StopSignal, interrupt_on_stop_signals
+from rpr_mt.train.signals import StopSignal, before_first_update, interrupt_on_stop_signals
 from rpr_mt.train.state import TrainState
 from rpr_mt.train.throughput import ThroughputMonitor
 from rpr_mt.train.validation import validate
@@ -129,6 +129,9 @@ def _train(
                         "or the other")
     t = cfg.train
     start_time = time.monotonic()
+    # until the loop's StopSignal: a signal stops the start-up with one line (closed below, or as the run unwinds)
+    startup = held.enter_context(contextlib.ExitStack())
+    startup.enter_context(before_first_update())
     if t.num_threads is not None:
         torch.set_num_threads(t.num_threads)
     kind = t.device if t.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
@@ -303,6 +306,7 @@ def _train(
     # -- the loop: one update per pass ------------------------------------------------------------------------------
     model.train()
     stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
+    startup.close()
     with StopSignal() as stop_signal:
         while not stopped_by:
             if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update

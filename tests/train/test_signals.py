@@ -6,7 +6,7 @@ import signal
 
 import pytest
 
-from rpr_mt.train.signals import StopSignal
+from rpr_mt.train.signals import StopSignal, Terminated, before_first_update
 
 
 @pytest.mark.skipif(not hasattr(signal, "SIGHUP"), reason="no SIGHUP on this platform")
@@ -25,3 +25,15 @@ def test_a_hang_up_asks_for_a_stop_unless_nohup_ignores_it():
             assert stop.requested is None
     finally:
         signal.signal(signal.SIGHUP, previous)
+
+
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_signal_before_the_first_update_stops_with_nothing_to_save(signum):
+    """SIGTERM's default ended the start-up without a word (exit 143); Ctrl-C said only 'interrupted'."""
+    previous = signal.getsignal(signal.SIGTERM)
+    with pytest.raises(Terminated) as info:
+        with before_first_update():
+            signal.raise_signal(signum)
+    assert info.value.signum == signum
+    assert str(info.value) == f"{signal.Signals(signum).name} before the first update; nothing to save"
+    assert signal.getsignal(signal.SIGTERM) is previous  # the loop's StopSignal takes over from the default

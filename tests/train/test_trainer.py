@@ -196,6 +196,25 @@ def test_a_full_disk_stops_the_run_in_one_line_naming_its_latest_checkpoint(tmp_
         train(config, progress=False)
 
 
+def test_a_signal_while_the_model_is_built_stops_in_one_line_with_nothing_saved(tmp_path, demo_data, monkeypatch):
+    """SIGTERM before the first update (the data loading, the model building) ended the process silently with 143,
+    where the README promises a stop with a word; the run directory is left as it was (here: not made)."""
+    import signal
+
+    from rpr_mt.train import trainer
+    from rpr_mt.train.signals import Terminated
+
+    def terminated_while_building(*args, **kwargs):
+        os.kill(os.getpid(), signal.SIGTERM)
+        raise AssertionError("SIGTERM did not stop the start-up")
+
+    monkeypatch.setattr(trainer, "initial_model", terminated_while_building)
+    config = config_from_dict(tiny(demo_data, tmp_path / "run"))
+    with pytest.raises(Terminated, match=r"^SIGTERM before the first update; nothing to save$") as info:
+        train(config, progress=False)
+    assert info.value.signum == signal.SIGTERM and not (tmp_path / "run").exists()
+
+
 def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(tmp_path, demo_data):
     """config.yaml deleted: another model config is refused in one line (before, loading the weights into the
     other model ended in a traceback of size mismatches), and --overwrite replaces the run, TensorBoard events
