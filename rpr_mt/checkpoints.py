@@ -312,6 +312,14 @@ def _mapped(path: Path) -> Any:
         return None
 
 
+def averaged_steps(path: str | Path) -> list[int] | None:
+    """The updates of the checkpoints that the average ``path`` was made of (read with its tensors mapped); None
+    when it is missing, unreadable or not an average (or one from before the updates were recorded)."""
+    payload = _mapped(Path(path)) if Path(path).is_file() else None
+    steps = payload.get("averaged_steps") if isinstance(payload, dict) else None
+    return steps if isinstance(steps, list) else None
+
+
 def peek_checkpoint(path: str | Path) -> tuple[Config, str] | None:
     """The config and vocabulary fingerprint of checkpoint ``path``, read with its tensors mapped, not read (a
     command's checks before it loads the weights); None where that is not possible (``load_checkpoint`` then says

@@ -13,13 +13,12 @@ import torch
 from torch import nn
 
 from rpr_mt.checkpoints import (
-    STEP_PATTERN, average_checkpoints, checkpoint_dir, list_step_checkpoints, load_checkpoint, save_checkpoint,
-    step_checkpoint_path,
+    STEP_PATTERN, average_checkpoints, averaged_steps, checkpoint_dir, list_step_checkpoints, load_checkpoint,
+    save_checkpoint, step_checkpoint_path,
 )
 from rpr_mt.config import TrainConfig
 from rpr_mt.errors import UserError
 from rpr_mt.train.distributed import Distributed
-from rpr_mt.train.logger import Logger
 from rpr_mt.train.state import TrainState
 
 
@@ -92,9 +91,18 @@ class Checkpoints:
                             "same command to resume)") from None
 
 
-def average_last(run_dir: Path, t: TrainConfig, logger: Logger) -> None:
+def average_is_current(run_dir: Path, t: TrainConfig) -> bool:
+    """Whether checkpoint_avg.pt is already the mean of the last train.average_last numbered checkpoints (by their
+    updates): what ``average_last`` would write again."""
+    paths = list_step_checkpoints(run_dir)[-t.average_last:]
+    steps = [int(STEP_PATTERN.search(path.name).group(1)) for path in paths]
+    return bool(steps) and averaged_steps(checkpoint_dir(run_dir) / "checkpoint_avg.pt") == steps
+
+
+def average_last(run_dir: Path, t: TrainConfig, say: Callable[[str], None]) -> None:
     """checkpoint_avg.pt: the mean of the last train.average_last numbered checkpoints (rank 0 only). Fewer are there
-    when the run was too short for them (train.keep_last, which is at least average_last, pruned none of them)."""
+    when the run was too short for them (train.keep_last, which is at least average_last, pruned none of them).
+    ``say``: where its lines go (the run's Logger.message)."""
     paths = list_step_checkpoints(run_dir)[-t.average_last:]
     if len(paths) < t.average_last:
         match = STEP_PATTERN.search(paths[-1].name) if paths else None
@@ -104,10 +112,10 @@ def average_last(run_dir: Path, t: TrainConfig, logger: Logger) -> None:
             why = f"the run's {updates} updates at train.save_every {t.save_every} wrote only {written}"
         else:
             why = "the others were deleted (by hand, or by a smaller train.keep_last of an earlier invocation)"
-        logger.message(f"warning: train.average_last is {t.average_last} but {run_dir} has only {len(paths)} "
+        say(f"warning: train.average_last is {t.average_last} but {run_dir} has only {len(paths)} "
                        f"numbered checkpoint(s): {why}; averaging {len(paths)}")
     save_checkpoint(average_checkpoints(paths), checkpoint_dir(run_dir) / "checkpoint_avg.pt")
-    logger.message(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} into "
+    say(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} into "
                    f"{checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
 
 

@@ -41,7 +41,8 @@ from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.positions import describe_positions
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import BatchStream, usable_examples
-from rpr_mt.train.checkpointing import Checkpoints, average_last, latest_valid_checkpoint, remove_stale_temporaries
+from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, latest_valid_checkpoint, \
+    remove_stale_temporaries
 from rpr_mt.train.device import autocast, peak_memory_mb, pick_device
 from rpr_mt.train.distributed import Distributed, init_distributed
 from rpr_mt.train.init_from import init_from
@@ -283,8 +284,14 @@ def _train(
         # (its patience count, its config's stopping rules, a duplicate dev record) without training it.
         more = ("--set train.max_time=SECONDS (a larger total) trains longer" if t.lr_schedule == "budget"
                 else "--more-steps N trains N more updates")  # the budget schedule refuses --more-steps
+        # Except its average: train.average_last raised (or set) after the end asks for one that only needs the
+        # checkpoints kept, as fairseq's average_checkpoints.py would make it; the same average is not made again
+        average = t.average_last > 0 and dd.is_main and not average_is_current(run_dir, t)
         log(f"{run_dir} is already finished ({_finished_because(finished, t, state, batches.epoch_done)}): nothing "
-            f"to train, nothing changed; {more}")
+            f"to train, {'averaging its last checkpoints (train.average_last)' if average else 'nothing changed'}; "
+            f"{more}")
+        if average:
+            average_last(run_dir, t, log)
         seconds = time.monotonic() - start_time
         return TrainResult(run_dir, state.step, state.epoch, finished, state.best_bleu, found[0], n_params, 0,
                            seconds, peak_memory_mb(device), state.elapsed_before, state.run_tokens())
@@ -387,7 +394,7 @@ def _train(
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
         checkpoints.save(state)
     if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
-        average_last(run_dir, t, logger)
+        average_last(run_dir, t, logger.message)
     logger.close()  # the bar first: the summary is the last line on screen
     logger.message(
         f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "

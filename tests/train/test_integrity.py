@@ -120,18 +120,15 @@ def test_averaging_fewer_checkpoints_than_asked_names_the_real_cause(tmp_path):
         ckpt.save_checkpoint({**payload(step), "step": step, "vocab": {"size": 4, "fingerprint": "f"}},
                              ckpt.step_checkpoint_path(run, step))
 
-    class Messages(list):
-        message = list.append
-
-    messages = Messages()
-    checkpointing.average_last(run, TrainConfig(save_every=5, keep_last=10, average_last=10), messages)
+    messages: list[str] = []
+    checkpointing.average_last(run, TrainConfig(save_every=5, keep_last=10, average_last=10), messages.append)
     assert messages[0] == (f"warning: train.average_last is 10 but {run} has only 6 numbered checkpoint(s): the run's "
                            "30 updates at train.save_every 5 wrote only 6; averaging 6")
     assert "keep_last" not in messages[0]
     assert ckpt.load_checkpoint(ckpt.checkpoint_dir(run) / "checkpoint_avg.pt")["averaged_steps"] == [5, 10, 15, 20,
                                                                                                      25, 30]
     messages.clear()
-    checkpointing.average_last(run, TrainConfig(save_every=2, keep_last=10, average_last=10), messages)
+    checkpointing.average_last(run, TrainConfig(save_every=2, keep_last=10, average_last=10), messages.append)
     assert "has only 6 numbered checkpoint(s): the others were deleted" in messages[0]
 
 

@@ -215,6 +215,23 @@ def test_a_signal_while_the_model_is_built_stops_in_one_line_with_nothing_saved(
     assert info.value.signum == signal.SIGTERM and not (tmp_path / "run").exists()
 
 
+def test_average_last_raised_on_a_finished_run_writes_the_average_once(tmp_path, demo_data, capsys):
+    """A finished run re-run with train.average_last said 'nothing changed' and wrote no average, though the
+    checkpoints it needs were there; asked again, the same average is not made again."""
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 8, "validate_every": 100, "tensorboard": False})
+    train(config_from_dict(raw), progress=False)
+    average = tmp_path / "run" / "checkpoints" / "checkpoint_avg.pt"
+    assert not average.exists()
+    raw["train"]["average_last"] = 2
+    result = train(config_from_dict(raw), progress=False)
+    assert result.stopped_by == "max_steps" and result.step == 8
+    assert ckpt.averaged_steps(average) == [4, 8]
+    assert "nothing to train, averaging its last checkpoints" in capsys.readouterr().err
+    written = average.stat().st_mtime_ns
+    train(config_from_dict(raw), progress=False)
+    assert "nothing to train, nothing changed" in capsys.readouterr().err and average.stat().st_mtime_ns == written
+
+
 def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(tmp_path, demo_data):
     """config.yaml deleted: another model config is refused in one line (before, loading the weights into the
     other model ended in a traceback of size mismatches), and --overwrite replaces the run, TensorBoard events
