@@ -102,7 +102,7 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
         os.replace(tmp_name, path)
     except BaseException as exc:
         Path(tmp_name).unlink(missing_ok=True)
-        reason = _write_failure(exc, path.parent)
+        reason = write_failure(exc, path.parent)
         if reason is None:
             raise
         # a full disk or quota: one line, not a traceback
@@ -118,9 +118,9 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
         pass
 
 
-def _write_failure(exc: BaseException, directory: Path) -> str | None:
-    """Why writing a checkpoint into ``directory`` failed, in words, when ``exc`` is a failed write (None for
-    anything else). torch's zip writer reports a short write (a full disk, a file size limit) as a RuntimeError
+def write_failure(exc: BaseException, directory: Path) -> str | None:
+    """Why writing a file (a checkpoint, metrics.jsonl, config.yaml) into ``directory`` failed, in words, when
+    ``exc`` is a failed write (None for anything else). torch's zip writer reports a short write (a full disk, a file size limit) as a RuntimeError
     of its own ("unexpected pos"), without the OS's reason: the disk's free space then says what it can."""
     if isinstance(exc, OSError):
         return exc.strerror or str(exc)

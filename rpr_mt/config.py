@@ -624,9 +624,13 @@ def save_config(config: Config, path: str | Path) -> None:
     previous file, never an empty one."""
     path = Path(path)
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False), encoding="utf-8")
-    fault_point("config_write")
-    os.replace(tmp, path)
+    try:
+        tmp.write_text(yaml.safe_dump(config_to_dict(config), sort_keys=False), encoding="utf-8")
+        fault_point("config_write")
+        os.replace(tmp, path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)  # a full disk's partial copy: not left beside the run
+        raise
 
 
 def _apply_override(raw: dict[str, Any], override: str) -> None:

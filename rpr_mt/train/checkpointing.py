@@ -14,7 +14,7 @@ from torch import nn
 
 from rpr_mt.checkpoints import (
     STEP_PATTERN, average_checkpoints, averaged_steps, checkpoint_dir, list_step_checkpoints, load_checkpoint,
-    save_checkpoint, step_checkpoint_path,
+    save_checkpoint, step_checkpoint_path, write_failure,
 )
 from rpr_mt.config import TrainConfig
 from rpr_mt.errors import UserError
@@ -85,10 +85,21 @@ class Checkpoints:
         try:
             save_checkpoint(state.payload(**self.parts), path)
         except UserError as exc:
-            kept = list_step_checkpoints(self.run_dir)
-            resume = f"its latest checkpoint is {kept[-1]}" if kept else "it has no checkpoint yet"
-            raise UserError(f"{exc}; the run stops at update {state.step}: {resume} (free some space, then run the "
-                            "same command to resume)") from None
+            raise run_stops(str(exc), self.run_dir, state.step) from None
+
+
+def run_stops(error: str, run_dir: Path, step: int) -> UserError:
+    """The one line that stops a run whose file write failed (a full disk): ``error`` (what failed, and why), then
+    the update it stops at and the checkpoint it will resume from."""
+    kept = list_step_checkpoints(run_dir)
+    resume = f"its latest checkpoint is {kept[-1]}" if kept else "it has no checkpoint yet"
+    return UserError(f"{error}; the run stops at update {step}: {resume} (free some space, then run the same "
+                     "command to resume)")
+
+
+def failed_write(path: Path, exc: OSError, run_dir: Path, step: int) -> UserError:
+    """``run_stops`` for an OSError writing ``path`` (metrics.jsonl, config.yaml), said as a checkpoint's is."""
+    return run_stops(f"cannot write {path} ({write_failure(exc, path.parent)})", run_dir, step)
 
 
 def average_is_current(run_dir: Path, t: TrainConfig) -> bool:

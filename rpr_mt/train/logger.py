@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rpr_mt.progress import show_progress
+from rpr_mt.train.checkpointing import failed_write
 
 
 def tensorboard_tag(key: str) -> str:
@@ -74,8 +75,12 @@ class Logger:
     def record(self, record: dict[str, Any], line: str | None = None) -> None:
         if not self.enabled:
             return
-        with open(self.metrics_path, "a", encoding="utf-8") as handle:
-            handle.write(json.dumps(record) + "\n")
+        try:
+            with open(self.metrics_path, "a", encoding="utf-8") as handle:
+                handle.write(json.dumps(record) + "\n")
+        except OSError as exc:  # a full disk: one line, as for a checkpoint (a cut-off record is dropped on resume)
+            self.close_bar()
+            raise failed_write(self.metrics_path, exc, self.metrics_path.parent, record["step"]) from None
         if self.tensorboard is not None:
             for key, value in record.items():
                 if isinstance(value, (int, float)) and not isinstance(value, bool) and key not in ("step", "epoch"):
@@ -90,11 +95,15 @@ class Logger:
                 self.bar.set_postfix(postfix, refresh=False)
             self.bar.update(step - self.bar.n)  # update(), not n = step: tqdm's rate and time left come from it
 
-    def close(self) -> None:
-        """Close the bar and the TensorBoard writer; later messages are plain lines."""
+    def close_bar(self) -> None:
+        """Close the bar (before a message that ends the run); later messages are plain lines."""
         if self.bar is not None:
             self.bar.close()
             self.bar = None
+
+    def close(self) -> None:
+        """Close the bar and the TensorBoard writer; later messages are plain lines."""
+        self.close_bar()
         if self.tensorboard is not None:
             self.tensorboard.close()
             self.tensorboard = None

@@ -41,8 +41,8 @@ from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.positions import describe_positions
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import BatchStream, usable_examples
-from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, latest_valid_checkpoint, \
-    remove_stale_temporaries
+from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, failed_write, \
+    latest_valid_checkpoint, remove_stale_temporaries
 from rpr_mt.train.device import autocast, peak_memory_mb, pick_device
 from rpr_mt.train.distributed import Distributed, init_distributed
 from rpr_mt.train.init_from import init_from
@@ -297,7 +297,10 @@ def _train(
                            seconds, peak_memory_mb(device), state.elapsed_before, state.run_tokens())
     if dd.is_main:
         run_dir.mkdir(parents=True, exist_ok=True)
-        save_config(cfg, config_path)
+        try:
+            save_config(cfg, config_path)
+        except OSError as exc:  # a full disk: one line naming the file, as for a checkpoint
+            raise failed_write(config_path, exc, run_dir, state.step) from None
 
     train_module: nn.Module = TranslationLoss(model, t.label_smoothing)
     if dd.world > 1:

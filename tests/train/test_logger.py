@@ -46,3 +46,27 @@ def test_tensorboard_after_a_resume_shows_each_update_once(tmp_path):
     events.Reload()
     points = [(e.step, round(e.value, 3)) for e in events.Scalars("train/loss")]
     assert points == [(1, 9.0), (2, 8.0), (3, 0.7), (4, 0.6), (5, 0.5)]
+
+
+def test_a_full_disk_stops_the_run_in_one_line_naming_the_file_and_the_latest_checkpoint(tmp_path, monkeypatch):
+    """A metrics.jsonl write that failed for want of space ended the run in a traceback; a checkpoint's said one line."""
+    import errno
+
+    import pytest
+
+    from rpr_mt import checkpoints as ckpt
+    from rpr_mt.errors import UserError
+    from rpr_mt.train import logger as logger_module
+
+    ckpt.checkpoint_dir(tmp_path).mkdir()
+    ckpt.step_checkpoint_path(tmp_path, 4).write_bytes(b"")
+    logger = Logger(tmp_path, enabled=True, progress=False, total=None, initial=4, tensorboard=False)
+
+    def full_disk(*args, **kwargs):
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(logger_module, "open", full_disk, raising=False)
+    with pytest.raises(UserError, match=rf"^cannot write {tmp_path / 'metrics.jsonl'} \(No space left on device\); "
+                                        r"the run stops at update 6: its latest checkpoint is .*checkpoint_00000004.pt "
+                                        r"\(free some space, then run the same command to resume\)$"):
+        logger.record({"step": 6, "loss": 4.5})

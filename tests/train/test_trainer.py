@@ -232,6 +232,23 @@ def test_average_last_raised_on_a_finished_run_writes_the_average_once(tmp_path,
     assert "nothing to train, nothing changed" in capsys.readouterr().err and average.stat().st_mtime_ns == written
 
 
+def test_a_full_disk_writing_config_yaml_stops_in_one_line_and_leaves_no_temporary(tmp_path, demo_data, monkeypatch):
+    """config.yaml written on a full disk ended the run in a traceback (a checkpoint's write said one line)."""
+    import rpr_mt.config
+
+    def full_disk(name):
+        if name == "config_write":
+            raise OSError(28, "No space left on device")
+
+    monkeypatch.setattr(rpr_mt.config, "fault_point", full_disk)
+    run = tmp_path / "run"
+    run.mkdir()  # (one made by the run and left empty is removed)
+    with pytest.raises(UserError, match=rf"^cannot write {run / 'config.yaml'} \(No space left on device\); the run "
+                                        r"stops at update 0: it has no checkpoint yet \(free some space"):
+        train(config_from_dict(tiny(demo_data, run)), progress=False)
+    assert sorted(p.name for p in run.iterdir()) == [".train.lock"]  # no .config.yaml.tmp
+
+
 def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(tmp_path, demo_data):
     """config.yaml deleted: another model config is refused in one line (before, loading the weights into the
     other model ended in a traceback of size mismatches), and --overwrite replaces the run, TensorBoard events
