@@ -196,7 +196,8 @@ def test_a_whole_section_or_a_key_below_a_value_in_set_is_named_as_set(tmp_path)
 def test_average_last_may_not_exceed_keep_last():
     """Averaging needs the last average_last checkpoints, and the run deletes all but keep_last of them before the
     end: refused up front, not warned about once the run is over."""
-    with pytest.raises(UserError, match=r"^--set train.average_last=10: train.average_last \(10\) must not exceed train.keep_last \(5\)") as info:
+    with pytest.raises(UserError, match=r"^--set train.average_last=10: train.average_last \(10\) must not exceed "
+                                        r"train.keep_last \(5\)") as info:
         load_config(None, ["train.average_last=10", "train.keep_last=5"])
     assert "\n" not in str(info.value)
     assert load_config(None, ["train.average_last=5", "train.keep_last=5"]).train.average_last == 5
@@ -206,7 +207,8 @@ def test_average_last_may_not_exceed_keep_last():
 @pytest.mark.parametrize("source", ["demo", "multi30k", "wmt14"])
 def test_data_splits_are_refused_where_the_source_does_not_read_them(source):
     """Only data.source files reads data.splits; with another source the files named were ignored without a word."""
-    with pytest.raises(UserError, match=rf"^--set data.splits.train.src=x.en: data.splits is read only when data.source is files \(it is {source}\)"):
+    with pytest.raises(UserError, match=rf"^--set data.splits.train.src=x.en: data.splits is read only when "
+                                        rf"data.source is files \(it is {source}\)"):
         load_config(None, [f"data.source={source}", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
     cfg = load_config(None, ["data.source=files", "data.splits.train.src=x.en", "data.splits.train.tgt=x.de"])
     assert cfg.data.splits["train"].src == "x.en"

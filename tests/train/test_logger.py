@@ -49,7 +49,8 @@ def test_tensorboard_after_a_resume_shows_each_update_once(tmp_path):
 
 
 def test_a_full_disk_stops_the_run_in_one_line_naming_the_file_and_the_latest_checkpoint(tmp_path, monkeypatch):
-    """A metrics.jsonl write that failed for want of space ended the run in a traceback; a checkpoint's said one line."""
+    """A metrics.jsonl write that failed for want of space ended the run in a traceback; a checkpoint's said one
+    line."""
     import errno
 
     import pytest
