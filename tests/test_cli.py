@@ -486,17 +486,23 @@ def test_nbest_below_one_is_said_without_a_beam_size_and_cuda_n_is_a_device(tmp_
                               "--device cuda:0: no CUDA device is available")
 
 
+def _tok_multi30k_model(tmp_path: Path) -> Path:
+    """The fixture checkpoint with its config made a tok/ Multi30k En-De one (its weights do not matter here)."""
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de")
+    model = tmp_path / "tok_model.pt"
+    ckpt.save_checkpoint(payload, model)
+    return model
+
+
 def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkeypatch):
     """A model trained on the dataset's lowercased, Moses-tokenized text translated raw sentences markedly worse:
     translate gives it raw-looking lines as that text is, says so, keeps tokenized lines, and --no-tokenize turns it
     off. (The fixture's config is made a tok/ Multi30k one; its weights do not matter here.)"""
     from rpr_mt.decode import translate
 
-    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
-    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
-                                      src_lang="en", tgt_lang="de")
-    model = tmp_path / "tok_model.pt"
-    ckpt.save_checkpoint(payload, model)
+    model = _tok_multi30k_model(tmp_path)
     src = tmp_path / "in.en"
     src.write_text("A man rides a bike.\na boy sits on a woman &apos;s shoulders .\n", encoding="utf-8")
     seen = []
@@ -518,11 +524,7 @@ def test_an_interrupted_translation_by_a_tok_model_still_says_how_many_lines_it_
     Ctrl-C (or SIGTERM, the same KeyboardInterrupt), the lines kept in OUTPUT.partial had been tokenized unsaid."""
     from rpr_mt.decode import translate
 
-    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
-    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
-                                      src_lang="en", tgt_lang="de")
-    model = tmp_path / "tok_model.pt"
-    ckpt.save_checkpoint(payload, model)
+    model = _tok_multi30k_model(tmp_path)
     src = tmp_path / "in.en"
     src.write_text("A man rides a bike.\na boy sits on a woman &apos;s shoulders .\nTwo dogs play.\n", encoding="utf-8")
 

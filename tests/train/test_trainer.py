@@ -270,16 +270,22 @@ def test_tensorboard_can_be_turned_off_when_resuming(tmp_path, demo_data):
     assert train(resumed, progress=False).step == 3
 
 
-def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepared_again(tmp_path):
-    """The training text changed under a run with checkpoints: re-preparing would replace the vocabulary the
-    checkpoints need (and then refuse to resume, with the old data gone). The refusal comes first and leaves the
-    prepared data as it was; --overwrite starts over on the new text."""
+def _small_corpus(tmp_path: Path) -> Path:
+    """A directory with train.en/train.de: 120 pairs of a 16-word language and its upper-cased twin."""
     corpus = tmp_path / "corpus"
     corpus.mkdir()
     words = "the a red small big old dog cat bird man woman sees runs eats house tree".split()
     pairs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 4)) for i in range(120)]
     (corpus / "train.en").write_text("\n".join(pairs) + "\n")
     (corpus / "train.de").write_text("\n".join(p.upper() for p in pairs) + "\n")
+    return corpus
+
+
+def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepared_again(tmp_path):
+    """The training text changed under a run with checkpoints: re-preparing would replace the vocabulary the
+    checkpoints need (and then refuse to resume, with the old data gone). The refusal comes first and leaves the
+    prepared data as it was; --overwrite starts over on the new text."""
+    corpus = _small_corpus(tmp_path)
     raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
     raw["data"] = {"source": "files", "output_dir": str(tmp_path / "data"), "vocab_size": 60,
                    "splits": {"train": {"src": str(corpus / "train.en"), "tgt": str(corpus / "train.de")}}}
@@ -299,12 +305,7 @@ def test_resuming_after_a_dev_file_was_corrected_prepares_it_again_and_warns(tmp
     """SentencePiece learns from the training pairs alone, so a corrected dev reference cannot change the vocabulary
     the checkpoints need: the run resumes on the data prepared again (it was refused, with advice to delete its
     checkpoints), with a warning that its best dev score was measured on the old set."""
-    corpus = tmp_path / "corpus"
-    corpus.mkdir()
-    words = "the a red small big old dog cat bird man woman sees runs eats house tree".split()
-    pairs = [" ".join(words[(i * 7 + j) % len(words)] for j in range(3 + i % 4)) for i in range(120)]
-    (corpus / "train.en").write_text("\n".join(pairs) + "\n")
-    (corpus / "train.de").write_text("\n".join(p.upper() for p in pairs) + "\n")
+    corpus = _small_corpus(tmp_path)
     (corpus / "dev.en").write_text("the dog\nthe cat\n")
     (corpus / "dev.de").write_text("THE DOG\nTHE CAT\n")
     raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
