@@ -24,12 +24,12 @@ from rpr_mt.train.state import TrainState
 
 def latest_valid_checkpoint(run_dir: str | Path, warn: Callable[[str], None] = print) -> tuple[Path, dict[str, Any]] | None:
     """The newest numbered checkpoint that loads; corrupt ones are reported by name and skipped."""
-    paths = list_step_checkpoints(run_dir)
-    for i in range(len(paths) - 1, -1, -1):
+    for earlier, path in reversed(list(enumerate(list_step_checkpoints(run_dir)))):  # earlier: how many are older
         try:
-            return paths[i], load_checkpoint(paths[i])
+            return path, load_checkpoint(path)
         except UserError as exc:
-            warn(f"warning: {exc}; " + ("falling back to the previous checkpoint" if i else "no earlier checkpoint"))
+            then = "falling back to the previous checkpoint" if earlier else "no earlier checkpoint"
+            warn(f"warning: {exc}; {then}")
     return None
 
 
@@ -124,9 +124,9 @@ def average_last(run_dir: Path, t: TrainConfig, say: Callable[[str], None]) -> N
         else:
             why = "the others were deleted (by hand, or by a smaller train.keep_last of an earlier invocation)"
         say(f"warning: train.average_last is {t.average_last} but {run_dir} has only {len(paths)} "
-                       f"numbered checkpoint(s): {why}; averaging {len(paths)}")
+            f"numbered checkpoint(s): {why}; averaging {len(paths)}")
     save_checkpoint(average_checkpoints(paths), checkpoint_dir(run_dir) / "checkpoint_avg.pt")
     say(f"averaged {len(paths)} checkpoint{'s' if len(paths) > 1 else ''} into "
-                   f"{checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
+        f"{checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
 
 
