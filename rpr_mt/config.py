@@ -473,17 +473,20 @@ def load_config(path: str | Path | None, overrides: list[str] | None = None, use
     if user_given:
         warn_unused_settings(config.model, given)
         warn_overridden_preset(config.model, given)
-        refuse_unread_multi30k_dir(config.data)
+        refuse_unread_data_keys(config.data)
     return config
 
 
-def refuse_unread_multi30k_dir(config: DataConfig) -> None:
-    """data.multi30k_dir without data.source: multi30k was ignored: `--set data.multi30k_dir=DIR` alone (source
-    demo by default) prepared and trained on the synthetic demo corpus without a word. Checked only on a config the
-    user gives now (``load_config``): a run's saved config and its checkpoints still load."""
-    if config.multi30k_dir is not None and config.source != "multi30k":
-        raise UserError(f"data.multi30k_dir is read only when data.source is multi30k (it is {config.source}): set "
-                        "data.source: multi30k, or remove data.multi30k_dir")
+def refuse_unread_data_keys(config: DataConfig) -> None:
+    """A data key that only another data.source reads was ignored: `--set data.multi30k_dir=DIR` alone (source demo
+    by default) prepared and trained on the synthetic demo corpus without a word, and data.demo_sizes under source
+    files changed nothing. Checked only on a config the user gives now (``load_config``): a run's saved config and
+    its checkpoints still load."""
+    defaults = DataConfig()
+    for key, reader in (("multi30k_dir", "multi30k"), ("demo_sizes", "demo"), ("demo_seed", "demo")):
+        if config.source != reader and getattr(config, key) != getattr(defaults, key):
+            raise UserError(f"data.{key} is read only when data.source is {reader} (it is {config.source}): set "
+                            f"data.source: {reader}, or remove data.{key}")
 
 
 def warn_overridden_preset(model: ModelConfig, given: dict[str, str]) -> None:

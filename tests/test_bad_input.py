@@ -457,6 +457,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("prepare: multi30k_dir without source multi30k", lambda r: ["prepare", "--set", f"data.multi30k_dir={r}",
                                                                 "--set", f"data.output_dir={r}/prepared"],
      "data.multi30k_dir is read only when data.source is multi30k (it is demo)"),
+    # the local files were prepared; the demo's split sizes and seed, which the user may think apply, changed nothing
+    ("prepare: demo_sizes under source files", lambda r: ["prepare", "--config", f"{r}/files.yaml", "--set",
+                                                          "data.demo_sizes.train=100"],
+     "data.demo_sizes is read only when data.source is demo (it is files)"),
+    ("train: demo_seed under source multi30k", lambda r: ["train", "--config", f"{r}/multi30k.yaml", "--set",
+                                                          "data.demo_seed=7"],
+     "data.demo_seed is read only when data.source is demo (it is multi30k)"),
     # train prepares the data first: it said "preparing DIR (why)" (and before that "needs preparing") before these
     ("train: missing input file", lambda r: ["train", "--config", f"{r}/files.yaml"], "missing.de"),
     ("train: input is a directory", lambda r: ["train", "--config", f"{r}/dir_input.yaml"], "outdir"),
