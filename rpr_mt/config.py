@@ -12,6 +12,7 @@ parsed as YAML scalars and go through the same checks. The fully resolved config
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import difflib
 import logging
@@ -647,16 +648,29 @@ def _apply_override(raw: dict[str, Any], override: str) -> None:
         value = yaml.load(value_text, Loader=_StrictLoader) if value_text.strip() else None
     except yaml.YAMLError:
         value = value_text
-    _check_override_key(keys, override.strip(), value)
+    entry = _check_override_key(keys, override.strip(), value)
     node = raw
-    for key in keys[:-1]:
+    for depth, key in enumerate(keys[:-1], start=1):
         child = node.get(key)
-        if child is None:
-            child = node[key] = {}
+        if child is None:  # a mapping the file does not give starts from its default: dev and test stay
+            child = node[key] = _default_mapping(keys[:depth]) or {}
         if not isinstance(child, dict):
             raise UserError(f"--set {dotted}: {key} is not a section")
         node = child
-    node[keys[-1]] = value
+    if entry and value is None:  # --set data.splits.test=null: the mapping loses the entry (it has no null value)
+        node.pop(keys[-1], None)
+    else:
+        node[keys[-1]] = value
+
+
+def _default_mapping(keys: list[str]) -> dict[str, Any] | None:
+    """A copy of the default value at ``keys`` (data.demo_sizes) when it is a mapping, in the config file's form."""
+    node: Any = Config()
+    for key in keys:
+        node = getattr(node, key, None) if dataclasses.is_dataclass(node) else None
+    if not isinstance(node, dict):
+        return None
+    return {k: dataclasses.asdict(v) if dataclasses.is_dataclass(v) else copy.deepcopy(v) for k, v in node.items()}
 
 
 # What fairseq, OpenNMT-py and Sockeye users type for a setting with another name here: offered as the "did you
@@ -679,12 +693,15 @@ def _suggestion(key: str, names: list[str]) -> str | None:
     return close[0] if close else None
 
 
-def _check_override_key(keys: list[str], override: str, value: Any) -> None:
+def _check_override_key(keys: list[str], override: str, value: Any) -> bool:
     """An unknown key in --set, a key below a value, a value given to a whole section and a value of the wrong type
-    are named as --set's errors, not as the config file's."""
+    are named as --set's errors, not as the config file's. True when the key is an entry of a mapping (null, then,
+    removes it)."""
     cls: Any = Config
+    entry = False
     for depth, key in enumerate(keys):
-        if typing.get_origin(cls) is dict:  # an entry of a mapping (data.splits.train): any name
+        entry = typing.get_origin(cls) is dict
+        if entry:  # an entry of a mapping (data.splits.train): any name
             cls = typing.get_args(cls)[1]
             continue
         if not dataclasses.is_dataclass(cls):
@@ -707,7 +724,10 @@ def _check_override_key(keys: list[str], override: str, value: Any) -> None:
         if typing.get_origin(cls) is dict:
             raise UserError(f"--set {override}: {dotted} is a mapping, not a value; set one entry at a time, "
                             f"e.g. --set {dotted}.NAME=...")
+    if entry and value is None:
+        return True
     _coerce(cls, value, dotted, f"--set {override}")  # a value of the wrong type: --set's error too
+    return entry
 
 
 def _build(cls: type, raw: Any, prefix: str, origin: str) -> Any:

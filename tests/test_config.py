@@ -193,6 +193,22 @@ def test_a_whole_section_or_a_key_below_a_value_in_set_is_named_as_set(tmp_path)
     assert load_config(config, ["data.demo_sizes.train=7"]).data.demo_sizes["train"] == 7
 
 
+def test_set_on_a_mapping_entry_keeps_the_other_entries_and_null_removes_one(tmp_path):
+    """--set data.demo_sizes.train=7 with no file (or a file without demo_sizes) kept only the train entry: dev and
+    test vanished, and the run trained without validation. A mapping absent from the file starts from its default;
+    null on an entry removes it (a split has no null value), as `--set data.splits.test=null` reads."""
+    assert load_config(None, ["data.demo_sizes.train=7"]).data.demo_sizes == {"train": 7, "dev": 500, "test": 500}
+    assert load_config(None, ["data.demo_sizes.test=null"]).data.demo_sizes == {"train": 20000, "dev": 500}
+    config = tmp_path / "files.yaml"
+    config.write_text("data:\n  source: files\n  splits:\n    train: {src: a.en, tgt: a.de}\n"
+                      "    test: {src: b.en, tgt: b.de}\n")
+    assert list(load_config(config, ["data.splits.test=null"]).data.splits) == ["train"]
+    splits = load_config(config, ["data.splits.dev.src=c.en", "data.splits.dev.tgt=c.de"]).data.splits
+    assert (splits["dev"].src, splits["dev"].tgt, list(splits)) == ("c.en", "c.de", ["train", "test", "dev"])
+    with pytest.raises(UserError, match="data.splits must name a 'train' split"):
+        load_config(config, ["data.splits.train=null"])
+
+
 def test_average_last_may_not_exceed_keep_last():
     """Averaging needs the last average_last checkpoints, and the run deletes all but keep_last of them before the
     end: refused up front, not warned about once the run is over."""
