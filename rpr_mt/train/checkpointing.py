@@ -68,13 +68,16 @@ class Checkpoints:
         self.last: Path | None = None
 
     def save(self, state: TrainState) -> None:
-        """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it."""
+        """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it (and stops with it on a
+        failed write)."""
         path = step_checkpoint_path(self.run_dir, state.step)
-        if self.dd.is_main:
+
+        def write_and_prune() -> None:
             self._write(state, path)
             prune_checkpoints(self.run_dir, self.t.keep_last, self.interrupted_at)
+
+        self.dd.on_main(write_and_prune, self.parts["device"], f"write {path}")
         self.last = path
-        self.dd.barrier()
 
     def save_best(self, state: TrainState) -> None:
         """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""

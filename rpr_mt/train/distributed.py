@@ -9,9 +9,12 @@ from __future__ import annotations
 import os
 import sys
 from dataclasses import dataclass
+from typing import Callable
 
 import torch
 import torch.distributed as dist
+
+from rpr_mt.errors import UserError
 
 
 @dataclass
@@ -42,6 +45,19 @@ class Distributed:
         value = torch.tensor([1.0 if flag else 0.0], device=device)
         dist.all_reduce(value, op=dist.ReduceOp.MIN)
         return bool(value.item() > 0)
+
+    def on_main(self, work: Callable[[], None], device: torch.device, what: str) -> None:
+        """``work`` on rank 0, which every rank waits for. Its UserError (a full disk) stops every rank with one
+        line: rank 0's own, the others' "rank 0 could not WHAT (it says why)". With a bare barrier the others
+        waited for a rank that had left, until torchrun killed them or the broken process group gave a traceback."""
+        failure: UserError | None = None
+        if self.is_main:
+            try:
+                work()
+            except UserError as exc:
+                failure = exc
+        if not self.all_true(failure is None, device):
+            raise failure or UserError(f"rank 0 could not {what} (it says why)")
 
     def all_sum(self, values: list[float], device: torch.device) -> list[float]:
         """The sums over the ranks of each of ``values`` (in float64), the same on every rank."""

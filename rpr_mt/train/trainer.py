@@ -86,15 +86,11 @@ def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progres
     process group, with a traceback burying rank 0's message)."""
     reason = check_prepared(cfg.data)
     if reason is not None:
-        failure: UserError | None = None
-        if dd.is_main:  # prepare says "preparing DIR (why)" once it has checked the inputs
-            try:
-                with interrupt_on_stop_signals():  # SIGTERM's default left the temporary directory behind
-                    prepare(cfg.data, progress=progress)
-            except UserError as exc:
-                failure = exc
-        if not dd.all_true(failure is None, device):
-            raise failure or UserError(f"rank 0 could not prepare the data in {cfg.data.output_dir} (it says why)")
+        def prepare_data() -> None:  # prepare says "preparing DIR (why)" once it has checked the inputs
+            with interrupt_on_stop_signals():  # SIGTERM's default left the temporary directory behind
+                prepare(cfg.data, progress=progress)
+
+        dd.on_main(prepare_data, device, f"prepare the data in {cfg.data.output_dir}")
         reason = check_prepared(cfg.data)
         if reason is not None:
             raise UserError(f"data in {cfg.data.output_dir} is still not usable ({reason}); run `rpr-mt prepare`")
@@ -295,12 +291,14 @@ def _train(
         seconds = time.monotonic() - start_time
         return TrainResult(run_dir, state.step, state.epoch, finished, state.best_bleu, found[0], n_params, 0,
                            seconds, peak_memory_mb(device), state.elapsed_before, state.run_tokens())
-    if dd.is_main:
+    def write_config() -> None:
         run_dir.mkdir(parents=True, exist_ok=True)
         try:
             save_config(cfg, config_path)
         except OSError as exc:  # a full disk: one line naming the file, as for a checkpoint
             raise failed_write(config_path, exc, run_dir, state.step) from None
+
+    dd.on_main(write_config, device, f"write {config_path}")
 
     train_module: nn.Module = TranslationLoss(model, t.label_smoothing)
     if dd.world > 1:
@@ -396,8 +394,8 @@ def _train(
         validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
         checkpoints.save(state)
-    if t.average_last > 0 and dd.is_main and stopped_by != "signal":  # an interrupted run averages when it ends
-        average_last(run_dir, t, logger.message)
+    if t.average_last > 0 and stopped_by != "signal":  # an interrupted run averages when it ends
+        dd.on_main(lambda: average_last(run_dir, t, logger.message), device, "average the last checkpoints")
     logger.close()  # the bar first: the summary is the last line on screen
     logger.message(
         f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
