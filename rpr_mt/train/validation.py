@@ -79,7 +79,8 @@ def validate(model: Seq2Seq, vocab: Vocab, dev_data, data_dir: Path, cfg: Config
     indices = usable_examples(dev_data, cfg.model.max_positions)
     record: dict[str, Any] = {"step": state.step}
     state.dev = None
-    if dd.is_main:
+
+    def score_and_record() -> None:  # rank 0; its failed write (checkpoint_best.pt) stops every rank
         nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
         record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
         bleu = floor = None
@@ -101,6 +102,8 @@ def validate(model: Seq2Seq, vocab: Vocab, dev_data, data_dir: Path, cfg: Config
             f"validation at update {state.step}: dev nll {nll:.3f} | ppl {record['dev_ppl']:.2f}"
             + (f" | dev BLEU {bleu:.2f} (best {state.best_bleu:.2f})" if bleu is not None else "")
         )
+
+    dd.on_main(score_and_record, device, f"save the validation of update {state.step}")
     if dd.world > 1:  # share the early-stopping state so every rank stops together
         shared = [state.best_bleu, state.best_loss, state.bad_validations]
         dist.broadcast_object_list(shared, src=0)

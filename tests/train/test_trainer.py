@@ -141,11 +141,14 @@ def test_ddp_refuses_another_config_on_every_rank(tmp_path, demo_data):
     assert len(errors) == 1 and "different config (model.clip: 4 -> 2)" in errors[0], proc.stderr[-3000:]
 
 
-def test_ddp_a_full_disk_at_a_checkpoint_stops_every_rank_in_one_line(tmp_path, demo_data):
-    """Rank 0 alone writes checkpoints. Its full disk raised on rank 0 while rank 1 waited at a barrier for a rank
-    that had left, until torchrun killed it (or, under gloo, the broken process group ended it in a traceback):
-    now every rank stops at the same update, rank 0 with the one line that says what it kept."""
-    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 4, "save_every": 2, "valid_bleu": False})
+@pytest.mark.parametrize("file, every", [("checkpoint_0+2", {"save_every": 2}),
+                                         ("checkpoint_best", {"validate_every": 2, "save_every": 4})])
+def test_ddp_a_full_disk_at_a_checkpoint_stops_every_rank_in_one_line(tmp_path, demo_data, file, every):
+    """Rank 0 alone writes checkpoints (a numbered one, or the best after a validation). Its full disk raised on
+    rank 0 while rank 1 waited at a barrier (or a broadcast) for a rank that had left, until torchrun killed it (or,
+    under gloo, the broken process group ended it in a traceback): now every rank stops at the same update, rank 0
+    with the one line that says what it kept."""
+    raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 4, "valid_bleu": False, **every})
     config_path = tmp_path / "ddp.yaml"
     save_config(config_from_dict(raw), config_path)
     proc = subprocess.run(
@@ -156,7 +159,7 @@ def test_ddp_a_full_disk_at_a_checkpoint_stops_every_rank_in_one_line(tmp_path, 
     )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr[-3000:]
-    assert re.search(r"cannot write .*checkpoint_0+2\.pt \(No space left on device\).*the run stops at update 2: it "
+    assert re.search(rf"cannot write .*{file}\.pt \(No space left on device\).*the run stops at update 2: it "
                      r"has no checkpoint yet", errors[0]), errors[0]
     # no rank died in a traceback of the broken process group (torchrun's own summary follows: a rank that exits
     # first makes it SIGTERM the others, which may be on their way out with code 2 too)
