@@ -1,5 +1,6 @@
 """Fault injection for tests, by environment variable, at named fault points (``checkpoint_write``: a checkpoint's
-bytes written, not yet renamed into place; ``config_write``: config.yaml's temporary written, not yet renamed):
+bytes written, not yet renamed into place; ``config_write``: config.yaml's temporary written, not yet renamed; ``metrics_write``: a line of metrics.jsonl
+about to be appended):
 
 - ``RPR_MT_KILL_AT=NAME:N`` kills this process with SIGKILL the N-th time it reaches NAME (a crash mid-write);
 - ``RPR_MT_FULL_DISK_AT=NAME:N`` raises ENOSPC there the N-th time (a full disk, in a subprocess a test cannot

@@ -46,18 +46,22 @@ class Distributed:
         dist.all_reduce(value, op=dist.ReduceOp.MIN)
         return bool(value.item() > 0)
 
-    def on_main(self, work: Callable[[], None], device: torch.device, what: str) -> None:
-        """``work`` on rank 0, which every rank waits for. Its UserError (a full disk) stops every rank with one
-        line: rank 0's own, the others' "rank 0 could not WHAT (it says why)". With a bare barrier the others
-        waited for a rank that had left, until torchrun killed them or the broken process group gave a traceback."""
+    def together(self, work: Callable[[], None], device: torch.device, what: str) -> None:
+        """``work`` on every rank, which then wait for each other. A UserError on one (rank 0's full disk: it alone
+        writes files) stops every rank with one line: its own, the others' "rank 0 could not WHAT (it says why)".
+        After a bare raise the others waited at the next collective for a rank that had left, until torchrun killed
+        them or the broken process group ended them in a traceback."""
         failure: UserError | None = None
-        if self.is_main:
-            try:
-                work()
-            except UserError as exc:
-                failure = exc
+        try:
+            work()
+        except UserError as exc:
+            failure = exc
         if not self.all_true(failure is None, device):
             raise failure or UserError(f"rank 0 could not {what} (it says why)")
+
+    def on_main(self, work: Callable[[], None], device: torch.device, what: str) -> None:
+        """``together`` for work that rank 0 alone does (the others only wait for it)."""
+        self.together(work if self.is_main else lambda: None, device, what)
 
     def all_sum(self, values: list[float], device: torch.device) -> list[float]:
         """The sums over the ranks of each of ``values`` (in float64), the same on every rank."""

@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import Any, Callable
 
 from rpr_mt.progress import show_progress
+from rpr_mt.faults import fault_point
 from rpr_mt.train.checkpointing import failed_write
 
 
@@ -77,6 +78,7 @@ class Logger:
             return
         try:
             with open(self.metrics_path, "a", encoding="utf-8") as handle:
+                fault_point("metrics_write")
                 handle.write(json.dumps(record) + "\n")
         except OSError as exc:  # a full disk: one line, as for a checkpoint (a cut-off record is dropped on resume)
             self.close_bar()

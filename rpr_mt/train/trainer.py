@@ -374,7 +374,8 @@ def _train(
             # log, validate, save; the stopping rules come after the validation (patience counts it) and before
             # the save: the last update's checkpoint is written once, below, after its own validation
             if state.step % t.log_every == 0 or state.step == 1:
-                window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger, device.type)
+                dd.together(lambda: window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger,
+                                               device.type), device, f"write {logger.metrics_path}")
             else:
                 logger.advance(state.step)
             paused = time.monotonic()
@@ -389,7 +390,8 @@ def _train(
     # checkpoints. The window that the end cut short (off the log_every grid) is logged at the last update, whose
     # checkpoint is saved below: a resumed run starts after it and does not log these updates again.
     if window.updates:
-        window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger, device.type, last=True)
+        dd.together(lambda: window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger, device.type,
+                                       last=True), device, f"write {logger.metrics_path}")
     if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
         validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):

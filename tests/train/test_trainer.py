@@ -141,25 +141,28 @@ def test_ddp_refuses_another_config_on_every_rank(tmp_path, demo_data):
     assert len(errors) == 1 and "different config (model.clip: 4 -> 2)" in errors[0], proc.stderr[-3000:]
 
 
-@pytest.mark.parametrize("file, every", [("checkpoint_0+2", {"save_every": 2}),
-                                         ("checkpoint_best", {"validate_every": 2, "save_every": 4})])
-def test_ddp_a_full_disk_at_a_checkpoint_stops_every_rank_in_one_line(tmp_path, demo_data, file, every):
-    """Rank 0 alone writes checkpoints (a numbered one, or the best after a validation). Its full disk raised on
-    rank 0 while rank 1 waited at a barrier (or a broadcast) for a rank that had left, until torchrun killed it (or,
-    under gloo, the broken process group ended it in a traceback): now every rank stops at the same update, rank 0
-    with the one line that says what it kept."""
+@pytest.mark.parametrize("fault, file, update, every", [
+    ("checkpoint_write:1", r"checkpoint_0+2\.pt", 2, {"save_every": 2}),
+    ("checkpoint_write:1", r"checkpoint_best\.pt", 2, {"validate_every": 2, "save_every": 4}),
+    ("metrics_write:2", r"metrics\.jsonl", 2, {"log_every": 2}),  # the first record is update 1's
+])
+def test_ddp_a_full_disk_stops_every_rank_in_one_line(tmp_path, demo_data, fault, file, update, every):
+    """Rank 0 alone writes files (a numbered checkpoint, the best after a validation, the metrics). Its full disk
+    raised on rank 0 while rank 1 waited at a barrier (or a broadcast) for a rank that had left, until torchrun
+    killed it (or, under gloo, the broken process group ended it in a traceback): now every rank stops at the same
+    update, rank 0 with the one line that says what it kept."""
     raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 4, "valid_bleu": False, **every})
     config_path = tmp_path / "ddp.yaml"
     save_config(config_from_dict(raw), config_path)
     proc = subprocess.run(
         [sys.executable, "-m", "torch.distributed.run", "--standalone", "--nproc_per_node=2", "-m", "rpr_mt.cli",
          "train", "--config", str(config_path), "--no-progress"],
-        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", "RPR_MT_FULL_DISK_AT": "checkpoint_write:1"},
+        cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1", "RPR_MT_FULL_DISK_AT": fault},
         capture_output=True, text=True, timeout=180,
     )
     errors = [line for line in proc.stderr.splitlines() if line.startswith("error: ")]
     assert len(errors) == 1, proc.stderr[-3000:]
-    assert re.search(rf"cannot write .*{file}\.pt \(No space left on device\).*the run stops at update 2: it "
+    assert re.search(rf"cannot write .*{file} \(No space left on device\).*the run stops at update {update}: it "
                      r"has no checkpoint yet", errors[0]), errors[0]
     # no rank died in a traceback of the broken process group (torchrun's own summary follows: a rank that exits
     # first makes it SIGTERM the others, which may be on their way out with code 2 too)
