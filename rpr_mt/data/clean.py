@@ -18,12 +18,14 @@ from rpr_mt.errors import UserError
 Pair = tuple[str, str]
 
 # Characters that some readers treat as line breaks (str.splitlines, text-mode universal newlines). Inside a
-# sentence they would break the line alignment of the text files we write, so they become plain spaces.
-_LINE_BREAKS = str.maketrans({c: " " for c in "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"})
+# sentence they would break the line alignment of the text files we write, so they become plain spaces. A
+# byte-order mark inside a file (files joined with cat, each opening with one) is no text: it is dropped, else the
+# line's first word became a piece of its own, seen nowhere else (and a reference word no hypothesis can match).
+_LINE_BREAKS = str.maketrans({**{c: " " for c in "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}, "\ufeff": None})
 
 
 def normalize(text: str) -> str:
-    """Strip surrounding whitespace; internal line-break characters become spaces."""
+    """Strip surrounding whitespace; internal line-break characters become spaces; byte-order marks go."""
     return text.translate(_LINE_BREAKS).strip()
 
 

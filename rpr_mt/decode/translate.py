@@ -75,9 +75,8 @@ def iter_lines(path: Union[str, Path]) -> Iterator[str]:
                     shown = "stdin" if name == "-" else name  # as the empty-input error names it
                     raise UserError(f"{shown}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") \
                         from None
-                if number == 1:
-                    line = line.removeprefix("\ufeff")  # byte-order mark
-                yield line.removesuffix("\r")
+                # byte-order marks: the file's own, and those of files joined with cat (training drops them too)
+                yield line.replace("\ufeff", "").removesuffix("\r")
     except FileNotFoundError:
         raise UserError(f"{name}: file not found") from None
     except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a truncated or corrupt .gz

@@ -14,6 +14,13 @@ def test_normalize_strips_and_flattens_line_breaks():
     assert normalize("   ") == ""
 
 
+def test_normalize_drops_byte_order_marks_inside_a_file():
+    """Files joined with cat put each one's byte-order mark at the head of a line in the middle: left in, the line's
+    first word was a piece seen nowhere else (read_lines drops only the file's own first one)."""
+    assert normalize("\ufeffa dog runs") == "a dog runs"
+    assert normalize("the \ufeffcat") == "the cat"
+
+
 def test_train_rules_are_counted_separately(tmp_path):
     pairs = [
         ("a b c", "x y z"),            # kept

@@ -141,8 +141,8 @@ def test_real_model_batched_equals_line_by_line(beam_size: int) -> None:
 
 def test_read_lines_plain_gz_and_crlf(tmp_path) -> None:
     plain = tmp_path / "x.txt"
-    plain.write_bytes("\ufeffeins\r\nzwei\n\ndrei".encode("utf-8"))
-    assert read_lines(plain) == ["eins", "zwei", "", "drei"]
+    plain.write_bytes("\ufeffeins\r\nzwei\n\ndrei\n\ufeffvier".encode("utf-8"))  # (the second file's mark, joined by cat)
+    assert read_lines(plain) == ["eins", "zwei", "", "drei", "vier"]
     packed = tmp_path / "x.txt.gz"
     with gzip.open(packed, "wb") as f:
         f.write("Grüße\nü\n".encode("utf-8"))
