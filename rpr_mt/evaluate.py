@@ -99,13 +99,21 @@ def looks_untokenized(line: str) -> bool:
 def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], int]:
     """``lines`` with those that look raw lowercased, normalized and tokenized as Multi30k's tok/ files are (the
     others as they are: tokenizing that text again is not a no-op, ``&quot;`` becomes ``&amp; quot ;``), and how
-    many were changed that way."""
+    many were changed that way.
+
+    Sentence by sentence: tok/ holds one sentence a line, and Moses' tokenizer separates a full stop inside a line
+    only before a capital letter, which lowercasing has removed; a raw line of two sentences came out as
+    ``... the street. two dogs ...``, and the model, which never saw ``street.``, dropped the full stop."""
+    from rpr_mt.decode.segment import split_sentences
+
     raw = [i for i, line in enumerate(lines) if line.strip() and looks_untokenized(line)]
     if not raw:
         return list(lines), 0
+    sentences = [split_sentences(lines[i], lang) or [lines[i]] for i in raw]
+    tokenized = iter(lowercase_normalize_tokenize([s for line in sentences for s in line], lang))
     out = list(lines)
-    for i, tokenized in zip(raw, lowercase_normalize_tokenize([lines[i] for i in raw], lang)):
-        out[i] = tokenized
+    for i, parts in zip(raw, sentences):
+        out[i] = " ".join(next(tokenized) for _ in parts)
     return out, len(raw)
 
 

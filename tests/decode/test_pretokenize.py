@@ -40,6 +40,19 @@ def test_only_the_raw_lines_change_and_empty_lines_stay():
     assert changed == 1
 
 
+@pytest.mark.parametrize("lang, line, expected", [
+    ("en", "A man is riding a bike down the street. Two dogs play in the snow!",
+     "a man is riding a bike down the street . two dogs play in the snow !"),
+    ("de", "Ein Hund rennt. Zwei Kinder spielen im Sand.", "ein hund rennt . zwei kinder spielen im sand ."),
+    ("fr", "Un homme court. Il pleut.", "un homme court . il pleut ."),
+])
+def test_a_raw_line_of_sentences_is_tokenized_sentence_by_sentence(lang, line, expected):
+    """Lowercased first, the line's inner full stop stayed on its word ("street. two": Moses separates it only
+    before a capital), a token Multi30k's one-sentence lines never have: the model translating a paragraph dropped
+    it from the first sentence's translation."""
+    assert tokenize_untokenized([line], lang) == ([expected], 1)
+
+
 @pytest.mark.parametrize("split", ["val", "test_2016_flickr"])
 @pytest.mark.parametrize("lang", ["en", "de", "fr"])
 def test_multi30k_raw_lines_become_the_tok_files_and_tok_lines_stay(multi30k_dir, split, lang):
