@@ -459,6 +459,12 @@ def eval_bleu(
                     "sacreBLEU and chrF compare the tokenized translations with the raw reference")
     scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
                    ref_name=str(ref))
+    from rpr_mt.evaluate import all_look_tokenized
+
+    if checkpoint is None and not pretokenized and all_look_tokenized(hypotheses) and all_look_tokenized(references):
+        # (sacreBLEU said so in three lines, advising to detokenize: the literature scores this text as it is)
+        _stderr(f"note: {hyp} and {ref} both look like Multi30k's lowercased, Moses-tokenized text: the Multi30k lit. "
+                "BLEU scores them as they are; the tokenized BLEU tokenizes them again (--pretokenized: as they are)")
     if checkpoint is None and not pretokenized:  # once scored: no warning before a one-line error
         # a tok model's translations (translate writes them tokenized) against raw references: sacreBLEU, chrF and
         # the tokenized BLEU compare lowercased, tokenized text with cased, raw text, and look like a failed model

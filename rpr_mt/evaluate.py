@@ -117,14 +117,19 @@ def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], int]:
     return out, len(raw)
 
 
+def all_look_tokenized(lines: list[str]) -> bool:
+    """No line of ``lines`` looks raw (``looks_untokenized``), and some line has text."""
+    return any(line.strip() for line in lines) and not any(line.strip() and looks_untokenized(line) for line in lines)
+
+
 def _as_multi30k_tok(lines: list[str], lang: str) -> list[str]:
     """``lines`` as Multi30k's tok/ text: as they are when none looks raw (a model trained on that text translates
     into it, and tokenizing it again splits its escapes apart), else all of them lowercased, normalized and
     tokenized. Decided for the whole file, not line by line, so that a raw file's scores do not depend on which of
     its lines happen to look tokenized."""
-    if any(line.strip() and looks_untokenized(line) for line in lines):
-        return lowercase_normalize_tokenize(lines, lang)
-    return list(lines)
+    if all_look_tokenized(lines):
+        return list(lines)
+    return lowercase_normalize_tokenize(lines, lang)
 
 
 def score(
@@ -154,8 +159,10 @@ def score(
             f"{hyp_name} has {len(hypotheses)} lines but {ref_name} has {len(references)}; they must be line-aligned"
         )
 
-    # force on pretokenized text: sacreBLEU would warn that the (knowingly) tokenized lines look undetokenized
-    bleu = BLEU(force=pretokenized)
+    # force on pretokenized text: sacreBLEU would warn that the (knowingly) tokenized lines look undetokenized; and
+    # on two files that both look like Multi30k's tok/ text, which eval-bleu says in one line of its own
+    both_tokenized = all_look_tokenized(hypotheses) and all_look_tokenized(references)
+    bleu = BLEU(force=pretokenized or both_tokenized)
     bleu_result = bleu.corpus_score(hypotheses, [references])
     chrf = CHRF()
     chrf_result = chrf.corpus_score(hypotheses, [references])
@@ -169,7 +176,8 @@ def score(
         lc_hyp, lc_ref = _as_multi30k_tok(hypotheses, lang), _as_multi30k_tok(references, lang)
     tok_result = tok_bleu.corpus_score(tok_hyp, [tok_ref])
     lc_result = tok_bleu.corpus_score(lc_hyp, [lc_ref])
-    prep = LC_TOK_PRETOKENIZED if pretokenized else LC_TOK_PREP.format(lang=lang)
+    as_they_are = pretokenized or both_tokenized  # the literature's BLEU took both sides as they are
+    prep = LC_TOK_PRETOKENIZED if as_they_are else LC_TOK_PREP.format(lang=lang)
     return {
         # min: the geometric mean of four precisions of 1 came out as 100.00000000000004 on identical text
         "sacrebleu": min(bleu_result.score, 100.0),
@@ -181,7 +189,7 @@ def score(
         "tok_bleu_description": (TOK_BLEU_PRETOKENIZED_DESCRIPTION if pretokenized
                                  else TOK_BLEU_DESCRIPTION.format(lang=lang)),
         "lc_tok_bleu": min(lc_result.score, 100.0),
-        "lc_tok_bleu_signature": f"{tok_bleu.get_signature()}|prep:{'pretokenized' if pretokenized else 'lc.norm.tok'}",
+        "lc_tok_bleu_signature": f"{tok_bleu.get_signature()}|prep:{'pretokenized' if as_they_are else 'lc.norm.tok'}",
         "lc_tok_bleu_description": LC_TOK_BLEU_DESCRIPTION.format(prep=prep),
         "lines": len(hypotheses),
     }
