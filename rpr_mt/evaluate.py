@@ -122,12 +122,12 @@ def all_look_tokenized(lines: list[str]) -> bool:
     return any(line.strip() for line in lines) and not any(line.strip() and looks_untokenized(line) for line in lines)
 
 
-def _as_multi30k_tok(lines: list[str], lang: str) -> list[str]:
+def _as_multi30k_tok(lines: list[str], lang: str, tokenized: bool) -> list[str]:
     """``lines`` as Multi30k's tok/ text: as they are when none looks raw (a model trained on that text translates
     into it, and tokenizing it again splits its escapes apart), else all of them lowercased, normalized and
     tokenized. Decided for the whole file, not line by line, so that a raw file's scores do not depend on which of
-    its lines happen to look tokenized."""
-    if all_look_tokenized(lines):
+    its lines happen to look tokenized. ``tokenized``: ``all_look_tokenized(lines)``, which the caller has."""
+    if tokenized:
         return list(lines)
     return lowercase_normalize_tokenize(lines, lang)
 
@@ -161,8 +161,8 @@ def score(
 
     # force on pretokenized text: sacreBLEU would warn that the (knowingly) tokenized lines look undetokenized; and
     # on two files that both look like Multi30k's tok/ text, which eval-bleu says in one line of its own
-    both_tokenized = all_look_tokenized(hypotheses) and all_look_tokenized(references)
-    bleu = BLEU(force=pretokenized or both_tokenized)
+    hyp_tokenized, ref_tokenized = all_look_tokenized(hypotheses), all_look_tokenized(references)
+    bleu = BLEU(force=pretokenized or (hyp_tokenized and ref_tokenized))
     bleu_result = bleu.corpus_score(hypotheses, [references])
     chrf = CHRF()
     chrf_result = chrf.corpus_score(hypotheses, [references])
@@ -173,7 +173,8 @@ def score(
         lc_hyp, lc_ref = hypotheses, references
     else:
         tok_hyp, tok_ref = tokenize_for_bleu(hypotheses, lang), tokenize_for_bleu(references, lang)
-        lc_hyp, lc_ref = _as_multi30k_tok(hypotheses, lang), _as_multi30k_tok(references, lang)
+        lc_hyp = _as_multi30k_tok(hypotheses, lang, hyp_tokenized)
+        lc_ref = _as_multi30k_tok(references, lang, ref_tokenized)
     tok_result = tok_bleu.corpus_score(tok_hyp, [tok_ref])
     lc_result = tok_bleu.corpus_score(lc_hyp, [lc_ref])
     prep = LC_TOK_PRETOKENIZED if pretokenized else LC_TOK_PREP.format(lang=lang)
