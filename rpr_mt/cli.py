@@ -272,6 +272,10 @@ def translate(
         False, "--no-tokenize",
         help="Give a model trained on Multi30k's tokenized text (data.multi30k_text: tok) the lines as they are; "
         "without it, lines that look raw are lowercased, normalized and tokenized as that text was."),
+    detokenize: bool = typer.Option(
+        True, "--detokenize/--no-detokenize",
+        help="The translations of the lines tokenized for such a model detokenized back to plain text (still "
+        "lowercase), or left in the model's tokenized form (the form the Multi30k literature scores)."),
 ) -> None:
     """Translate text with a trained model."""
     import itertools
@@ -305,35 +309,50 @@ def translate(
         decode = dataclasses.replace(decode, buffer_lines=buffer_lines)
     from rpr_mt.config import is_pretokenized
 
-    raw = [0, 0]  # input lines that looked raw and were tokenized, of all lines
+    raw = _RawLines()  # the input lines that looked raw and were tokenized, of all lines read
     if is_pretokenized(cfg.data) and not no_tokenize:
         lines = _tokenized_as_multi30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
                                 tgt_lang=cfg.data.tgt_lang, total=total)
+    if detokenize:  # raw text in, plain text out
+        from rpr_mt.decode.pretokenize import detokenize_outputs
+
+        outputs = detokenize_outputs(outputs, raw.tokenized, decode.nbest, cfg.data.tgt_lang)
     from rpr_mt.train.signals import interrupt_on_stop_signals
 
     try:
         with interrupt_on_stop_signals():  # `timeout`, a scheduler, a closed terminal: FILE.partial kept, as on Ctrl-C
             _write_lines(output, outputs)
     except KeyboardInterrupt:  # the lines kept (in FILE.partial, or already printed) were tokenized all the same
-        _note_tokenized(raw, " read so far")
+        _note_tokenized(raw, detokenize, " read so far")
         raise
-    _note_tokenized(raw)
+    _note_tokenized(raw, detokenize)
 
 
-def _note_tokenized(counts: list[int], so_far: str = "") -> None:
-    """Say how many input lines ``_tokenized_as_multi30k`` tokenized ([tokenized, all]): counted as the windows went
-    by, so said at the end (or at an interrupt, of the lines read until then)."""
-    if counts[0]:
-        _stderr(f"note: {counts[0]} of {counts[1]} input lines{so_far} looked like raw text; this model was trained "
-                "on Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and tokenized "
-                "as that text was, and its translations are in that form (--no-tokenize: lines as given)")
+@dataclasses.dataclass
+class _RawLines:
+    """What ``_tokenized_as_multi30k`` did, counted as the windows go by: the (0-based) numbers of the input lines it
+    tokenized, and how many lines it has read."""
+
+    tokenized: set[int] = dataclasses.field(default_factory=set)
+    read: int = 0
 
 
-def _tokenized_as_multi30k(lines: Iterable[str], lang: str, window: int, counts: list[int]) -> Iterable[str]:
+def _note_tokenized(raw: _RawLines, detokenized: bool, so_far: str = "") -> None:
+    """Say how many input lines ``_tokenized_as_multi30k`` tokenized: said at the end (or at an interrupt, of the
+    lines read until then)."""
+    if raw.tokenized:
+        form = ("their translations detokenized back, still lowercase (--no-detokenize: in the tokenized form; "
+                if detokenized else "their translations are in that form (")
+        _stderr(f"note: {len(raw.tokenized)} of {raw.read} input lines{so_far} looked like raw text; this model was "
+                "trained on Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and "
+                f"tokenized as that text was, and {form}--no-tokenize: lines as given)")
+
+
+def _tokenized_as_multi30k(lines: Iterable[str], lang: str, window: int, raw: _RawLines) -> Iterable[str]:
     """``lines`` with those that look raw tokenized as Multi30k's tok/ text (``tokenize_untokenized``), ``window``
-    lines at a time, so translation still reads one window before it writes; ``counts``: [tokenized, all] so far."""
+    lines at a time, so translation still reads one window before it writes; what it did is recorded in ``raw``."""
     import itertools
 
     from rpr_mt.decode.pretokenize import tokenize_untokenized
@@ -341,8 +360,8 @@ def _tokenized_as_multi30k(lines: Iterable[str], lang: str, window: int, counts:
     lines = iter(lines)
     while chunk := list(itertools.islice(lines, window)):
         chunk, changed = tokenize_untokenized(chunk, lang)
-        counts[0] += changed
-        counts[1] += len(chunk)
+        raw.tokenized.update(raw.read + i for i in changed)
+        raw.read += len(chunk)
         yield from chunk
 
 

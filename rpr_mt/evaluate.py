@@ -15,6 +15,7 @@ All BLEU arithmetic is sacreBLEU's; tokenization is sacremoses'. Nothing here re
 
 from __future__ import annotations
 
+import functools
 import json
 import re
 from pathlib import Path
@@ -22,7 +23,7 @@ from typing import Any, Optional
 
 from sacrebleu.metrics import BLEU, CHRF
 import sacremoses
-from sacremoses import MosesPunctNormalizer, MosesTokenizer
+from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
 
 from rpr_mt.errors import UserError
 from rpr_mt.languages import ISO_639_1
@@ -96,10 +97,10 @@ def looks_untokenized(line: str) -> bool:
     return line != line.lower() or bool(_BARE.search(line)) or bool(_ATTACHED.search(line))
 
 
-def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], int]:
+def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], list[int]]:
     """``lines`` with those that look raw lowercased, normalized and tokenized as Multi30k's tok/ files are (the
-    others as they are: tokenizing that text again is not a no-op, ``&quot;`` becomes ``&amp; quot ;``), and how
-    many were changed that way.
+    others as they are: tokenizing that text again is not a no-op, ``&quot;`` becomes ``&amp; quot ;``), and the
+    indices of those changed that way.
 
     Sentence by sentence: tok/ holds one sentence a line, and Moses' tokenizer separates a full stop inside a line
     only before a capital letter, which lowercasing has removed; a raw line of two sentences came out as
@@ -108,13 +109,27 @@ def tokenize_untokenized(lines: list[str], lang: str) -> tuple[list[str], int]:
 
     raw = [i for i, line in enumerate(lines) if line.strip() and looks_untokenized(line)]
     if not raw:
-        return list(lines), 0
+        return list(lines), []
     sentences = [split_sentences(lines[i], lang) or [lines[i]] for i in raw]
     tokenized = iter(lowercase_normalize_tokenize([s for line in sentences for s in line], lang))
     out = list(lines)
     for i, parts in zip(raw, sentences):
         out[i] = " ".join(next(tokenized) for _ in parts)
-    return out, len(raw)
+    return out, raw
+
+
+def detokenize_multi30k(lines: list[str], lang: str) -> list[str]:
+    """Lines of Multi30k's tokenized text (a tok/ model's translations) as plain text: Moses' detokenizer for
+    ``lang`` joins the punctuation and apostrophes back (``l&apos; équipe .`` -> ``l'équipe.``) and undoes the
+    escapes. The text stays lowercased: the model never saw a capital letter, and its case cannot be recovered."""
+    detokenizer = _moses_detokenizer(lang)
+    return [detokenizer.detokenize(line.split(), unescape=True) for line in lines]
+
+
+@functools.lru_cache(maxsize=None)
+def _moses_detokenizer(lang: str) -> MosesDetokenizer:
+    """One per language: translate detokenizes line by line."""
+    return MosesDetokenizer(lang=lang)
 
 
 def all_look_tokenized(lines: list[str]) -> bool:

@@ -523,6 +523,39 @@ def test_a_model_of_tokenized_multi30k_gets_raw_lines_tokenized(tmp_path, monkey
     assert seen[-1][0] == "A man rides a bike." and "looked like raw text" not in result.output
 
 
+def test_a_tok_models_translations_of_raw_lines_are_detokenized(tmp_path, monkeypatch):
+    """Raw text in gave Moses-tokenized, escaped text out (``l&apos; équipe .``): the translations of the lines
+    translate tokenized are detokenized back, those of lines given tokenized stay as the model wrote them, and
+    --no-detokenize keeps all in the model's form; n-best entries find their line by their number."""
+    from rpr_mt.decode import translate
+
+    model = _tok_multi30k_model(tmp_path)  # an en->de model: the German detokenizer
+    src = tmp_path / "in.en"
+    src.write_text("A man's bike.\na man &apos;s bike .\nTwo dogs.\n", encoding="utf-8")
+
+    def fixed(model, vocab, lines, decode, **kwargs):  # the model's form, whatever the input
+        for index, _ in enumerate(lines):  # read lazily, as the real one reads window by window
+            if decode.nbest == 1:
+                yield "ein &quot; mann &quot; ."
+            else:
+                yield from (f"{index}\t-0.5000\tein &quot; mann &quot; ." for _ in range(decode.nbest))
+
+    monkeypatch.setattr(translate, "iter_translations", fixed)
+    out = tmp_path / "out.de"
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out), "--buffer-lines", "2")
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8").splitlines() == ['ein "mann".', "ein &quot; mann &quot; .", 'ein "mann".']
+    assert "2 of 3 input lines looked like raw text" in result.output and "detokenized back" in result.output
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out), "--no-detokenize")
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8").splitlines() == ["ein &quot; mann &quot; ."] * 3
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out), "--beam-size", "2",
+                 "--nbest", "2")
+    assert result.exit_code == 0, result.output
+    assert [line.split("\t")[2] for line in out.read_text(encoding="utf-8").splitlines()] == \
+        ['ein "mann".'] * 2 + ["ein &quot; mann &quot; ."] * 2 + ['ein "mann".'] * 2
+
+
 def test_an_interrupted_translation_by_a_tok_model_still_says_how_many_lines_it_tokenized(tmp_path, monkeypatch):
     """The note on raw-looking lines tokenized for a tok/ Multi30k model came only after a complete run: stopped by
     Ctrl-C (or SIGTERM, the same KeyboardInterrupt), the lines kept in OUTPUT.partial had been tokenized unsaid."""
@@ -540,7 +573,8 @@ def test_an_interrupted_translation_by_a_tok_model_still_says_how_many_lines_it_
 
     monkeypatch.setattr(translate, "iter_translations", stopped)
     out = tmp_path / "out.de"
-    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out), "--buffer-lines", "2")
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out), "--buffer-lines", "2",
+                 "--no-detokenize")  # the outputs are the inputs as the model got them
     assert result.exit_code == 130, result.output
     assert (tmp_path / "out.de.partial").read_text(encoding="utf-8").splitlines()[0] == "a man rides a bike ."
     assert "note: 1 of 2 input lines read so far looked like raw text" in result.output

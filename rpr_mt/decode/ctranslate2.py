@@ -172,21 +172,28 @@ class ExportedTranslator:
     # -- text -------------------------------------------------------------------------------------------------------
 
     def translate_lines(
-        self, lines: Sequence[str], decode: Optional[DecodeConfig] = None, tokenize: bool = True
+        self, lines: Sequence[str], decode: Optional[DecodeConfig] = None, tokenize: bool = True,
+        detokenize: bool = True,
     ) -> list[str]:
         """``rpr-mt translate``'s output for ``lines`` (the format of ``rpr_mt.decode.translate``, sentence splitting
         included): one line per input, or with nbest N > 1, N lines ``index<TAB>score<TAB>text`` each; empty inputs
         stay empty. All sentences of all lines are searched as one job. A model trained on Multi30k's tokenized text
-        gets the lines that look raw tokenized as that text is, as translate gives them (``tokenize=False``: as
-        ``--no-tokenize``, the lines as they are)."""
-        from rpr_mt.decode.pretokenize import tokenize_untokenized
+        gets the lines that look raw tokenized as that text is, and their translations detokenized back, as
+        translate does (``tokenize=False``: as ``--no-tokenize``, the lines as they are; ``detokenize=False``: as
+        ``--no-detokenize``, the translations in the model's tokenized form)."""
+        from rpr_mt.decode.pretokenize import detokenize_outputs, tokenize_untokenized
         from rpr_mt.decode.translate import format_outputs, sentence_units
 
         decode = decode or self.decode
+        tokenized: list[int] = []
         if tokenize and self.info.get("pretokenized"):  # exports from before it was recorded: lines as they are
-            lines, _ = tokenize_untokenized(list(lines), self.info["src_lang"])
+            lines, tokenized = tokenize_untokenized(list(lines), self.info["src_lang"])
         # exports from before the languages were recorded split with the segmenter's default rules
         texts, owners = sentence_units(list(lines), decode.split_sentences, self.info.get("src_lang"))
         units = [u for u, text in enumerate(texts) if self.vocab.encode(text)]
         found = dict(zip(units, self.search([self.vocab.encode(texts[u]) for u in units], decode)))
-        return format_outputs(len(lines), owners, found, self.vocab.decode, decode, self.info.get("tgt_lang"))
+        tgt_lang = self.info.get("tgt_lang")
+        outputs = format_outputs(len(lines), owners, found, self.vocab.decode, decode, tgt_lang)
+        if detokenize and tokenized:
+            outputs = list(detokenize_outputs(outputs, set(tokenized), decode.nbest, tgt_lang))
+        return outputs

@@ -7,7 +7,8 @@ import gzip
 
 import pytest
 
-from rpr_mt.decode.pretokenize import looks_untokenized, tokenize_untokenized
+from rpr_mt.decode.pretokenize import detokenize_multi30k, detokenize_outputs, looks_untokenized, tokenize_untokenized
+from rpr_mt.evaluate import lowercase_normalize_tokenize
 
 
 @pytest.mark.parametrize("line", [
@@ -37,7 +38,7 @@ def test_only_the_raw_lines_change_and_empty_lines_stay():
     lines = ["Two dogs play.", "two dogs play .", "", "un groupe d&apos; hommes"]
     out, changed = tokenize_untokenized(lines, "en")
     assert out == ["two dogs play .", "two dogs play .", "", "un groupe d&apos; hommes"]
-    assert changed == 1
+    assert changed == [0]
 
 
 @pytest.mark.parametrize("lang, line, expected", [
@@ -50,7 +51,7 @@ def test_a_raw_line_of_sentences_is_tokenized_sentence_by_sentence(lang, line, e
     """Lowercased first, the line's inner full stop stayed on its word ("street. two": Moses separates it only
     before a capital), a token Multi30k's one-sentence lines never have: the model translating a paragraph dropped
     it from the first sentence's translation."""
-    assert tokenize_untokenized([line], lang) == ([expected], 1)
+    assert tokenize_untokenized([line], lang) == ([expected], [0])
 
 
 @pytest.mark.parametrize("split", ["val", "test_2016_flickr"])
@@ -64,4 +65,33 @@ def test_multi30k_raw_lines_become_the_tok_files_and_tok_lines_stay(multi30k_dir
     differ = [i for i, (a, b) in enumerate(zip(made, tok)) if a.strip() != b.strip()]
     assert len(made) == len(tok) and len(differ) <= (1 if (split, lang) == ("val", "fr") else 0), differ[:5]
     kept, changed = tokenize_untokenized(tok, lang)
-    assert kept == tok, f"{changed} tokenized lines were changed"
+    assert kept == tok, f"{len(changed)} tokenized lines were changed"
+
+
+@pytest.mark.parametrize("lang, tokenized, plain", [
+    ("fr", "l&apos; équipe s&apos; arrête devant l&apos; église .", "l'équipe s'arrête devant l'église."),
+    ("en", "a boy sits on a woman &apos;s shoulders .", "a boy sits on a woman's shoulders."),
+    ("de", "ein mann sagt &quot; hallo &quot; und geht ( schnell ) weg .", 'ein mann sagt "hallo" und geht (schnell) weg.'),
+    ("en", "rock &amp; roll , 3 @-@ 2", "rock & roll, 3-2"),
+])
+def test_a_tok_models_translation_is_detokenized_to_plain_text(lang, tokenized, plain):
+    assert detokenize_multi30k([tokenized], lang) == [plain]
+
+
+@pytest.mark.parametrize("split", ["val", "test_2016_flickr"])
+@pytest.mark.parametrize("lang", ["en", "de", "fr"])
+def test_detokenizing_undoes_the_datasets_tokenizer(multi30k_dir, split, lang):
+    """translate detokenizes a tok/ model's translations of raw lines: on the dataset's own tokenized text, tokenizing
+    the detokenized line as the dataset's script does must give the line back, every line of dev and test."""
+    tok = gzip.open(multi30k_dir / "tok" / f"{split}.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+    back = lowercase_normalize_tokenize(detokenize_multi30k(tok, lang), lang)
+    differ = [i for i, (a, b) in enumerate(zip(back, tok)) if a.strip() != b.strip()]
+    assert not differ, [(tok[i], back[i]) for i in differ[:3]]
+
+
+def test_outputs_of_tokenized_lines_only_are_detokenized_with_nbest_numbering():
+    outputs = ["l&apos; homme .", "l&apos; homme ."]
+    assert list(detokenize_outputs(outputs, {1}, 1, "fr")) == ["l&apos; homme .", "l'homme."]
+    entries = ["0\t-0.1000\tl&apos; homme .", "0\t-0.2000\tun homme .", "1\t-0.3000\tl&apos; eau ."]
+    assert list(detokenize_outputs(entries, {0}, 2, "fr")) == [
+        "0\t-0.1000\tl'homme.", "0\t-0.2000\tun homme.", "1\t-0.3000\tl&apos; eau ."]

@@ -160,6 +160,11 @@ def test_a_tok_multi30k_model_is_given_raw_lines_tokenized_as_translate_gives_th
     assert searched[-1][0] == searched[-1][1] == translator.vocab.encode("a small dog .")
     translator.translate_lines(lines, tokenize=False)  # as --no-tokenize
     assert searched[-1][0] == translator.vocab.encode("A small Dog.")
+    # and the raw line's translation detokenized back, as translate does (the tokenized line's as the model wrote it)
+    translator.search = real
+    translator.vocab.decode = lambda ids: "ein &quot; hund &quot; ."  # a random model's text would not show it
+    assert translator.translate_lines(lines) == ['ein "hund".', "ein &quot; hund &quot; ."]
+    assert translator.translate_lines(lines, detokenize=False) == ["ein &quot; hund &quot; ."] * 2
 
 
 def test_int8_export_translates(tmp_path, export_data):
