@@ -494,7 +494,17 @@ def eval_bleu(
                     "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
                     "the references and is the comparable number (or score against the tok/ reference with "
                     "--pretokenized)")
+        elif _all_lowercase(hypotheses) and sum(1 for line in references if line != line.lower()) > len(references) / 2:
+            # a tok model's translations of raw text, detokenized by translate: plain text, but lowercase
+            _stderr(f"warning: {hyp} is all lowercase and {ref} is cased: sacreBLEU, chrF and the tokenized BLEU are "
+                    "case-sensitive and count a word that differs only in case as wrong; the Multi30k lit. BLEU lowercases both and "
+                    "is the comparable number")
     typer.echo(format_scores(scores, as_json=as_json))
+
+
+def _all_lowercase(lines: List[str]) -> bool:
+    """Some line of ``lines`` has a letter, and none a capital."""
+    return any(any(c.isalpha() for c in line) for line in lines) and all(line == line.lower() for line in lines)
 
 
 @app.command("average-checkpoints", cls=_Command)
