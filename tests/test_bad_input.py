@@ -448,6 +448,10 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "data.demo_sizes must have a 'train' entry"),
     ("prepare: missing multi30k_dir", lambda r: ["prepare", "--config", f"{r}/multi30k.yaml"],
      "data.multi30k_dir not found"),
+    # the shipped configs' ../shared/data/multi30k, run from another directory: where it was looked for
+    ("prepare: relative multi30k_dir", lambda r: ["prepare", "--config", f"{r}/multi30k.yaml", "--set",
+                                                  "data.multi30k_dir=no_such/multi30k"],
+     "data.multi30k_dir not found: no_such/multi30k (that is "),
     ("prepare: TSV line without a tab", lambda r: ["prepare", "--config", f"{r}/tsv.yaml"],
      "notab.tsv:1: expected exactly one tab"),
     ("prepare: the same file as src and tgt", lambda r: ["prepare", "--config", f"{r}/files.yaml", "--set",

@@ -403,7 +403,8 @@ def open_corpus(config: DataConfig, progress: bool = False) -> RawCorpus:
         if config.multi30k_dir is not None:
             root = Path(config.multi30k_dir)
             if not root.is_dir():
-                raise UserError(f"data.multi30k_dir not found: {root}")
+                where = "" if root.is_absolute() else f" (that is {root.resolve()}: read from the current directory)"
+                raise UserError(f"data.multi30k_dir not found: {root}{where}")
             if config.multi30k_text == "tok" and not (root / "tok").is_dir():
                 raise UserError(f"data.multi30k_text is tok, but {root} has no tok/ directory (the dataset's "
                                 "tokenized files {train,val,test_2016_flickr}.{lang}.gz)")
