@@ -7,7 +7,7 @@ scored from each finished run's ``dev.hyp``; see rpr_mt/experiments/lengths.py. 
 cell's BLEU difference to the base run of the same seed with sacreBLEU's paired bootstrap p-value
 (rpr_mt/experiments/significance.py); ``--baseline k=16`` compares with that cell instead (a sweep whose base run is
 not planned, e.g. ``--tables clip`` with a base k that is none of the paper's). Each row also says what the paper's
-En-De numbers claim of that cell against the comparison (below it, or level with it) and whether the seeds bear it out
+numbers (En-De; Table 1 of a sweep into French: En-Fr) claim of that cell against the comparison (below it, or level with it) and whether the seeds bear it out
 (holds / does not hold / within noise; the rule is printed under the table). Without a finished run to compare
 with, the report says so in place of that section; its tables and plots are written as always.
 """

@@ -10,8 +10,9 @@ the sentences with a fixed seed, and a two-sided p-value for the absolute BLEU d
 the Multi30k literature's BLEU (rpr_mt.evaluate: lowercased, normalized, Moses-tokenized text, no further
 tokenization) instead of sacreBLEU's.
 
-Each cell's row also says what the paper claims of it against the same comparison (its En-De numbers, ``PAPER``) and
-whether our seeds bear that out (``verdict``), so docs/results.md's verdicts come from this command, not by hand.
+Each cell's row also says what the paper claims of it against the same comparison (``PAPER``: its En-De numbers, and
+for Table 1 of a sweep into French its En-Fr ones) and whether our seeds bear that out (``verdict``), so
+docs/results.md's verdicts come from this command, not by hand.
 """
 
 from __future__ import annotations
@@ -66,7 +67,7 @@ def paired_bootstrap(
 
 @dataclass(frozen=True)
 class Claim:
-    """What the paper's En-De numbers say of a cell against the comparison: its BLEU minus the comparison's."""
+    """What the paper's numbers say of a cell against the comparison: its BLEU minus the comparison's."""
 
     paper_delta: float
 
@@ -80,21 +81,32 @@ class Claim:
         return f"{'level with' if self.kind == 'level' else self.kind} {against} ({self.paper_delta:+.1f})"
 
 
-def _paper_en_de(cell: tuple[str, str]) -> float | None:
+def _paper_bleu(cell: tuple[str, str], tgt_lang: str) -> float | None:
+    """The paper's BLEU of ``cell``: Table 1 holds "En-De / En-Fr" (the second for a sweep into French), Tables 2 and
+    3 En-De only."""
     text = PAPER.get(cell)
-    return float(text.split("/")[0]) if text else None  # Table 1 holds "En-De / En-Fr"
+    if not text:
+        return None
+    pairs = text.split("/")
+    return float(pairs[1] if tgt_lang == "fr" and len(pairs) > 1 else pairs[0])
 
 
-def paper_claim(labels: Sequence[str], base_labels: Collection[str]) -> Claim | None:
+def paper_language_pair(tgt_lang: str) -> str:
+    """Which of the paper's language pairs the claims of a sweep into ``tgt_lang`` come from (``_paper_bleu``)."""
+    return "En-Fr; Tables 2 and 3: En-De" if tgt_lang == "fr" else "En-De"
+
+
+def paper_claim(labels: Sequence[str], base_labels: Collection[str], tgt_lang: str = "de") -> Claim | None:
     """The paper's claim about a row (the cells ``labels``, backed by the same runs) against the comparison row
     (``base_labels``): the first of the row's cells that the paper compares with a comparison cell of the same table
-    (Table 1 is WMT14 test, Tables 2 and 3 dev: numbers of different tables are not compared). None where there is no
-    such pair (the schemes table; k = 0 against an absolute base run)."""
+    (Table 1 is WMT14 test, Tables 2 and 3 dev: numbers of different tables are not compared), in the paper's En-Fr
+    numbers for a sweep into French (``tgt_lang``) where it has them. None where there is no such pair (the schemes
+    table; k = 0 against an absolute base run)."""
     table_of = {cell.label: cell.table for table in TABLE_NAMES for cell in table_cells(table)}
     for label in labels:
         table = table_of.get(label)
-        paper = _paper_en_de((table, label)) if table else None
-        bases = [_paper_en_de((table, base)) for base in base_labels if table_of.get(base) == table]
+        paper = _paper_bleu((table, label), tgt_lang) if table else None
+        bases = [_paper_bleu((table, base), tgt_lang) for base in base_labels if table_of.get(base) == table]
         if paper is not None and bases and bases[0] is not None:
             return Claim(round(paper - bases[0], 1))  # one decimal, as the paper: 25.9 - 25.8 is 0.1, not 0.0999
     return None
@@ -123,9 +135,10 @@ def verdict(claim: Claim, deltas: Sequence[float], p_values: Sequence[float], al
     return text + (" (1 seed)" if len(deltas) == 1 else "")
 
 
-def verdict_rule(against: str) -> str:
+def verdict_rule(against: str, tgt_lang: str = "de") -> str:
     """The paragraph under the table that says how the verdict column is read (``against``: "the base run")."""
-    return (f"paper: the cell's En-De BLEU in Shaw et al. (2018) minus that of {against} in the same table (Table 1 "
+    pair = "En-Fr BLEU (Tables 2 and 3: En-De, the only pair they have)" if tgt_lang == "fr" else "En-De BLEU"
+    return (f"paper: the cell's {pair} in Shaw et al. (2018) minus that of {against} in the same table (Table 1 "
             f"test, Tables 2 and 3 dev); a difference smaller than {PAPER_LEVEL_BLEU} BLEU either way is the claim that the two are "
             f"level, a larger one that the cell is below (or above) it. Verdict, with a seed significant when its "
             f"p < {ALPHA}: a below (above) claim holds when every seed is significantly below (above) {against}, "
@@ -194,7 +207,8 @@ def render_significance_table(
         outputs = _lit_text(sweep, outputs)
     against = baseline or "base"
     lines = [f"| cell | seeds | Δ {split} {METRIC_NAMES[metric]} vs {against} | p per seed (paired "
-             f"bootstrap, {n_samples} resamples) | paper (En-De) | verdict |", "|---|---|---|---|---|---|"]
+             f"bootstrap, {n_samples} resamples) | paper ({paper_language_pair(outputs.tgt_lang)}) | verdict |",
+             "|---|---|---|---|---|---|"]
     rows = cell_rows(sweep, outputs.hypotheses)
     base_labels = [label for runs, labels in rows.items() if runs and all(r in bases.values() for r in runs)
                    for label in labels]
@@ -211,12 +225,13 @@ def render_significance_table(
         if runs and all(r in bases.values() for r in runs):
             lines.append(f"| {' = '.join(labels)} | {len(runs)} | base | | | |")
             continue
-        claim = paper_claim(labels, base_labels)
+        claim = paper_claim(labels, base_labels, outputs.tgt_lang)
         ps = ", ".join(f"{p:.3f} (seed {seed})" for p, seed in p_values) or "–"
         lines.append(f"| {' = '.join(labels)} | {len(deltas)} | {_signed(deltas)} | {ps} "
                      f"| {claim.describe(against) if claim else '–'} "
                      f"| {verdict(claim, deltas, [p for p, _ in p_values]) if claim else '–'} |")
-    return "\n".join(lines + ["", verdict_rule("the base run" if baseline is None else f"the {baseline} run")])
+    against_text = "the base run" if baseline is None else f"the {baseline} run"
+    return "\n".join(lines + ["", verdict_rule(against_text, outputs.tgt_lang)])
 
 
 def _signed(values: list[float]) -> str:

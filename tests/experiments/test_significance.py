@@ -10,7 +10,7 @@ import pytest
 
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.significance import (
-    ALPHA, Claim, paired_bootstrap, paper_claim, render_significance_table, verdict,
+    ALPHA, Claim, paired_bootstrap, paper_claim, render_significance_table, verdict, verdict_rule,
 )
 from rpr_mt.experiments.tables import load_sweep, mean_std
 from tests.experiments.test_lengths import sweep_with_hypotheses
@@ -164,6 +164,16 @@ def test_paper_claims_come_from_the_paper_s_en_de_numbers_within_one_table():
     assert paper_claim(["relative", "k=16"], ["absolute"]).describe("absolute") == "above absolute (+0.3)"
     assert paper_claim(["k=0"], ["absolute"]) is None  # the paper has no k=0 against absolute
     assert paper_claim(["RoPE"], base) is None
+
+
+def test_a_sweep_into_french_takes_table_1_s_claim_from_the_paper_s_en_fr_numbers():
+    """An En->Fr Table 1 was read against the paper's En-De gain (-0.3) while its En-Fr one is -0.5 (38.2 against
+    38.7); Tables 2 and 3 have only En-De numbers, which stay."""
+    base = ["relative", "k=16", "aV+aK"]
+    assert paper_claim(["absolute"], base, "fr").describe("base") == "below base (-0.5)"
+    assert paper_claim(["absolute"], base, "de").describe("base") == "below base (-0.3)"
+    assert paper_claim(["k=0"], base, "fr") == Claim(-13.3)
+    assert "En-Fr BLEU" in verdict_rule("the base run", "fr") and "En-De BLEU" in verdict_rule("the base run")
 
 
 @pytest.mark.parametrize("kind, deltas, p_values, expected", [
