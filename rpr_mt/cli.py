@@ -17,7 +17,7 @@ import signal
 import sys
 import typing
 from pathlib import Path, PurePath
-from typing import Callable, Iterable, List, Optional, TypeVar
+from typing import Callable, Iterable, Iterator, List, Optional, TypeVar
 
 from rpr_mt.host import sleep_waiting_openmp_threads
 
@@ -296,13 +296,24 @@ def translate(
     # is translated. A file is read twice: whole first for bad bytes and its line count (the progress bar's total).
     # stdin or a pipe (-i <(zcat x.gz)) can be read once only: its first line is waited for (an empty pipe is said
     # before the model loads), and bad bytes further on stop the run when they are reached.
+    # Its lines are read on a thread (ArrivingLines), so that a line typed at a terminal, or written by a program that
+    # waits for its translation, is translated when it is in, not when 2,000 more have come.
     source = "stdin" if input == "-" else input
-    total = count_lines(input) if input != "-" and Path(input).is_file() else None
-    lines = iter_lines(input)
-    first = next(lines, None)
-    if first is None:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
+    is_file = input != "-" and Path(input).is_file()
+    total = count_lines(input) if is_file else None
+    lines: Iterator[str]
+    if is_file:
+        lines = iter_lines(input)
+        first = next(lines, None)
+        empty = first is None
+        lines = itertools.chain([] if empty else [first], lines)
+    else:
+        from rpr_mt.decode.arriving import ArrivingLines
+
+        lines = ArrivingLines(iter_lines(input))
+        empty = lines.empty()
+    if empty:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{source}: no lines to translate (empty input)")
-    lines = itertools.chain([first], lines)
     model, cfg, vocab, _ = _load_model(checkpoint, which, device)
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, split_sentences)
     if buffer_lines is not None:
@@ -311,7 +322,7 @@ def translate(
 
     raw = _RawLines()  # the input lines that looked raw and were tokenized, of all lines read
     if is_pretokenized(cfg.data) and not no_tokenize:
-        lines = _tokenized_as_multi30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
+        lines = _TokenizedAsMulti30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
                                 tgt_lang=cfg.data.tgt_lang, total=total)
@@ -332,7 +343,7 @@ def translate(
 
 @dataclasses.dataclass
 class _RawLines:
-    """What ``_tokenized_as_multi30k`` did, counted as the windows go by: the (0-based) numbers of the input lines it
+    """What ``_TokenizedAsMulti30k`` did, counted as the windows go by: the (0-based) numbers of the input lines it
     tokenized, and how many lines it has read."""
 
     tokenized: set[int] = dataclasses.field(default_factory=set)
@@ -340,7 +351,7 @@ class _RawLines:
 
 
 def _note_tokenized(raw: _RawLines, detokenized: bool, so_far: str = "") -> None:
-    """Say how many input lines ``_tokenized_as_multi30k`` tokenized: said at the end (or at an interrupt, of the
+    """Say how many input lines ``_TokenizedAsMulti30k`` tokenized: said at the end (or at an interrupt, of the
     lines read until then)."""
     if raw.tokenized:
         form = ("their translations detokenized back, still lowercase (--no-detokenize: in the tokenized form; "
@@ -350,19 +361,37 @@ def _note_tokenized(raw: _RawLines, detokenized: bool, so_far: str = "") -> None
                 f"tokenized as that text was, and {form}--no-tokenize: lines as given)")
 
 
-def _tokenized_as_multi30k(lines: Iterable[str], lang: str, window: int, raw: _RawLines) -> Iterable[str]:
-    """``lines`` with those that look raw tokenized as Multi30k's tok/ text (``tokenize_untokenized``), ``window``
-    lines at a time, so translation still reads one window before it writes; what it did is recorded in ``raw``."""
-    import itertools
+class _TokenizedAsMulti30k:
+    """``lines`` with those that look raw tokenized as Multi30k's tok/ text (``tokenize_untokenized``), a window at a
+    time (``take_window``, as translation takes them), so translation still reads one window before it writes; what
+    it did is recorded in ``raw``. Says when its next line arrives as its input does (``more_within``), so that
+    arriving input still ends translation's windows early."""
 
-    from rpr_mt.decode.pretokenize import tokenize_untokenized
+    def __init__(self, lines: Iterator[str], lang: str, window: int, raw: _RawLines) -> None:
+        self._lines, self._lang, self._window, self._raw = lines, lang, window, raw
+        self._chunk: list[str] = []
 
-    lines = iter(lines)
-    while chunk := list(itertools.islice(lines, window)):
-        chunk, changed = tokenize_untokenized(chunk, lang)
-        raw.tokenized.update(raw.read + i for i in changed)
-        raw.read += len(chunk)
-        yield from chunk
+    def __iter__(self) -> "_TokenizedAsMulti30k":
+        return self
+
+    def __next__(self) -> str:
+        from rpr_mt.decode.arriving import take_window
+        from rpr_mt.decode.pretokenize import tokenize_untokenized
+
+        if not self._chunk:
+            chunk = take_window(self._lines, self._window)
+            if not chunk:
+                raise StopIteration
+            chunk, changed = tokenize_untokenized(chunk, self._lang)
+            self._raw.tokenized.update(self._raw.read + i for i in changed)
+            self._raw.read += len(chunk)
+            self._chunk = chunk[::-1]
+        return self._chunk.pop()
+
+    def arrives_within(self, seconds: Optional[float]) -> bool:
+        from rpr_mt.decode.arriving import more_within
+
+        return bool(self._chunk) or more_within(self._lines, seconds)
 
 
 @app.command("eval-bleu", cls=_Command)

@@ -823,15 +823,38 @@ def test_translate_to_dev_null_works_and_leaves_it_a_device(tmp_path, monkeypatc
     assert stat.S_ISCHR(os.stat("/dev/null").st_mode)
 
 
+def test_an_error_while_stdin_is_still_open_exits_cleanly(tmp_path):
+    """stdin is read on a thread (ArrivingLines): through sys.stdin.buffer, a thread still blocked in it when the
+    program ended on an error held the lock Python's shutdown takes to close stdin: "Fatal Python error: could not
+    acquire lock for <stdin>", exit 134 instead of the one-line error and exit 2."""
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    process = subprocess.Popen(
+        [sys.executable, "-m", "rpr_mt.cli", "translate", "--checkpoint", str(bad), "--device", "cpu"],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(Path(rpr_mt.__file__).parent.parent), "OMP_NUM_THREADS": "1"})
+    try:
+        process.stdin.write("the dog\n")  # the first line is in, so the model loads, and stdin stays open
+        process.stdin.flush()
+        assert process.wait(timeout=240) == 2
+        err = process.stderr.read()
+        assert "is corrupt or truncated" in err and "Fatal" not in err, err
+    finally:
+        process.kill()
+        process.wait()
+
+
 def test_translate_streams_stdin_window_by_window(tmp_path):
     """`(echo a; sleep 8; echo b) | rpr-mt translate --buffer-lines 1` printed both lines after 8 s: the whole of stdin
-    was read first. Each line's translation must come back while stdin is still open."""
+    was read first. Then, with the default window (2,000 lines), a line written by a program that waits for its
+    translation was not translated until 1,999 more came or stdin was closed. Each line's translation must come back
+    while stdin is still open, at the default window size (tests/decode/test_arriving.py)."""
     import select
 
     fixture = Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt"
     process = subprocess.Popen(
-        [sys.executable, "-m", "rpr_mt.cli", "translate", "--checkpoint", str(fixture), "--buffer-lines", "1",
-         "--device", "cpu", "--no-progress"],
+        [sys.executable, "-m", "rpr_mt.cli", "translate", "--checkpoint", str(fixture), "--device", "cpu",
+         "--no-progress"],
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True,
         env={**os.environ, "PYTHONPATH": str(Path(rpr_mt.__file__).parent.parent), "OMP_NUM_THREADS": "1"})
     try:

@@ -22,8 +22,8 @@ from __future__ import annotations
 import collections
 import contextlib
 import gzip
-import itertools
 import logging
+import os
 import sys
 import zlib
 from pathlib import Path
@@ -33,6 +33,7 @@ import torch
 from tqdm import tqdm
 
 from rpr_mt.config import DecodeConfig
+from rpr_mt.decode.arriving import take_window
 from rpr_mt.data.sources import refuse_unnamed_gzip
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search
 from rpr_mt.decode.segment import join_sentences, split_sentences
@@ -61,7 +62,7 @@ def iter_lines(path: Union[str, Path]) -> Iterator[str]:
     name = str(path)
     try:
         if name == "-":
-            handle = sys.stdin.buffer  # its readline returns a line as soon as it arrives, not a full buffer
+            handle = _stdin_lines()
         elif name.endswith(".gz"):
             handle = gzip.open(name, "rb")
         else:
@@ -81,6 +82,29 @@ def iter_lines(path: Union[str, Path]) -> Iterator[str]:
         raise UserError(f"{name}: file not found") from None
     except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a truncated or corrupt .gz
         raise UserError(f"{name}: cannot read ({exc})") from None
+
+
+def _stdin_lines() -> Iterable[bytes]:
+    """stdin's lines (each with its ``\n``), each as soon as it arrives. Read from its file descriptor with
+    ``os.read``, not through ``sys.stdin.buffer``: translate reads stdin on a thread (``ArrivingLines``), and a thread
+    still blocked in the buffered reader when the program ends (an error, Ctrl-C) held the lock that Python's shutdown
+    takes to close stdin: "Fatal Python error: could not acquire lock for <stdin>", exit 134. A stdin without a file
+    descriptor (a test runner's) is read through its buffer."""
+    try:
+        fd = sys.stdin.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
+        return sys.stdin.buffer
+    return _fd_lines(fd)
+
+
+def _fd_lines(fd: int) -> Iterator[bytes]:
+    pending = b""
+    while chunk := os.read(fd, 1 << 16):  # returns what has arrived, without waiting for 64 KiB
+        *lines, pending = (pending + chunk).split(b"\n")
+        for line in lines:
+            yield line + b"\n"
+    if pending:
+        yield pending
 
 
 def translate_lines(
@@ -133,7 +157,9 @@ def iter_translations(
     ``lines`` is read ``decode.buffer_lines`` lines at a time, and each window is sorted by length, batched and
     decoded on its own, its translations given before the next window is read (as fairseq-interactive's
     --buffer-size): a pipe is translated as it arrives, a long input is never held whole, a long job writes its
-    translations as it goes and an interrupted one keeps what it finished. The warnings cover the whole input and
+    translations as it goes and an interrupted one keeps what it finished. Input read on a thread
+    (``rpr_mt.decode.arriving.ArrivingLines``: a terminal, a pipe) ends a window early when it pauses, so a line
+    typed or written on its own is translated at once. The warnings cover the whole input and
     come after the last window. The progress bar counts lines, of ``total`` (default: ``len(lines)`` where ``lines``
     has a length; else none, as for a pipe)."""
     if min_length_ratio is None:
@@ -153,7 +179,7 @@ def iter_translations(
     try:
         with tqdm(total=total, disable=not progress, file=sys.stderr, unit="line", desc="translate") as bar:
             first_line = 0
-            while window := list(itertools.islice(pending, decode.buffer_lines)):
+            while window := take_window(pending, decode.buffer_lines):  # early, when arriving input pauses
                 texts, owners = sentence_units(window, decode.split_sentences, src_lang)
                 sources: dict[int, list[int]] = {}  # unit index -> source ids (eos appended); empty units left out
                 for index, text in enumerate(texts):

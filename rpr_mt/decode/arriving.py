@@ -1,0 +1,95 @@
+"""Input that arrives while it is translated: a terminal, a pipe, a program that writes a line and waits for its
+translation.
+
+``translate`` decodes its input in windows (``decode.buffer_lines``, 2,000 lines) for batching. Taken with
+``itertools.islice``, a window of a pipe waited for 2,000 lines or the end of the input: a sentence typed at a terminal,
+or written by a program that then waited for the answer, got no translation until the input was closed.
+``ArrivingLines`` reads such input on a thread, and ``take_window`` ends a window early when no further line comes
+within ``WINDOW_WAIT_S`` of the last: a line on its own is translated at once (as fairseq-interactive with
+``--buffer-size 1``), while a pipe that streams lines still fills whole windows. Files are read as before: their
+lines are all there.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from typing import Iterable, Iterator, Optional
+
+__all__ = ["ArrivingLines", "WINDOW_WAIT_S", "more_within", "take_window"]
+
+# How long a window waits for one more line before it is translated without it: unnoticed at a terminal, and far
+# longer than the gap between the lines of a pipe that streams a file.
+WINDOW_WAIT_S = 0.05
+
+_END = object()
+
+
+class ArrivingLines:
+    """The lines of ``lines`` (an iterator that may block, as reading stdin does), read ahead on a daemon thread into
+    a queue of at most ``capacity`` lines. An error of the reading (bad bytes: a ``UserError``) is raised where it
+    was met, after the lines before it."""
+
+    def __init__(self, lines: Iterable[str], capacity: int = 10_000) -> None:
+        self._queue: queue.Queue = queue.Queue(maxsize=capacity)
+        self._head: list[tuple[object, Optional[BaseException]]] = []  # taken off the queue by a wait, not yet given
+        threading.Thread(target=self._read, args=(iter(lines),), daemon=True, name="rpr-mt-input").start()
+
+    def _read(self, lines: Iterator[str]) -> None:
+        try:
+            for line in lines:
+                self._queue.put((line, None))
+        except BaseException as exc:  # noqa: BLE001 (handed to the reading side, which raises it)
+            self._queue.put((_END, exc))
+            return
+        self._queue.put((_END, None))
+
+    def __iter__(self) -> "ArrivingLines":
+        return self
+
+    def __next__(self) -> str:
+        item = self._head[0] if self._head else self._queue.get()
+        line, error = item
+        if line is _END:  # kept: the end (or the error) is given again to every later call
+            self._head[:] = [item]
+            if error is not None:
+                raise error
+            raise StopIteration
+        self._head.clear()
+        return line  # type: ignore[return-value]
+
+    def arrives_within(self, seconds: Optional[float]) -> bool:
+        """Whether the next line (or the end of the input) is there, waiting up to ``seconds`` for it (None: until
+        it is)."""
+        if self._head:
+            return True
+        try:
+            self._head.append(self._queue.get(timeout=seconds))
+        except queue.Empty:
+            return False
+        return True
+
+    def empty(self) -> bool:
+        """Whether the input ends before its first line (waits for that line)."""
+        self.arrives_within(None)
+        line, error = self._head[0]
+        return line is _END and error is None
+
+
+def more_within(lines: Iterator[str], seconds: Optional[float]) -> bool:
+    """Whether ``lines`` has its next line (or its end) within ``seconds``: for input read on a thread
+    (``ArrivingLines``, or a wrapper that says so by ``arrives_within``) a wait; for others, whose lines are all
+    there, True."""
+    arrives = getattr(lines, "arrives_within", None)
+    return True if arrives is None else arrives(seconds)
+
+
+def take_window(lines: Iterator[str], size: int) -> list[str]:
+    """The next window of ``lines``: up to ``size`` lines, waiting for the first; of arriving input, only the lines
+    that come within ``WINDOW_WAIT_S`` of the one before. [] at the end."""
+    window: list[str] = []
+    for line in lines:
+        window.append(line)
+        if len(window) >= size or not more_within(lines, WINDOW_WAIT_S):
+            break
+    return window
