@@ -22,7 +22,7 @@ sleep_waiting_openmp_threads()  # before torch loads: the runs train in this pro
 
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.experiments.sweep import (  # noqa: E402
-    PAPER_TABLES, TABLE_NAMES, check_plan, check_root, is_finished, plan_runs, read_plan, run_config, run_sweep)
+    PAPER_TABLES, TABLE_NAMES, check_plan, check_root, plan_runs, read_plan, run_config, run_state, run_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -56,12 +56,12 @@ def main(argv: list[str] | None = None) -> int:
             for run in runs:
                 if args.only and run.directory not in args.only:
                     continue
-                done = is_finished(run_config(args.config, args.overrides, run, args.root))
+                state = run_state(run_config(args.config, args.overrides, run, args.root))
                 command = ["python", script, args.config, "--root", args.root, "--tables", *args.tables,
                            "--seeds", *map(str, args.seeds), *(f"--set={o}" for o in args.overrides),
                            "--only", run.directory]
                 cells = ", ".join(f"{t} {label}" for t, label in run.cells)
-                print(f"# {run.directory}: {'finished' if done else 'to do'} ({cells})")
+                print(f"# {run.directory}: {state} ({cells})")
                 print(shlex.join(command))
             return 0
         status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)

@@ -26,11 +26,17 @@ import dataclasses
 import hashlib
 import json
 import os
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
+
+try:  # advisory locks; absent on Windows
+    import fcntl
+except ImportError:  # pragma: no cover
+    fcntl = None  # type: ignore[assignment]
 
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
@@ -367,6 +373,39 @@ def is_finished(cfg: Config) -> bool:
         return json.loads(path.read_text(encoding="utf-8")).get("fingerprint") == config_fingerprint(cfg)
     except json.JSONDecodeError:
         return False
+
+
+# Without torch (--list imports none): rpr_mt.train.run_dir.RunDirLock.NAME and rpr_mt.checkpoints.STEP_PATTERN.
+_TRAIN_LOCK = ".train.lock"
+_STEP_CHECKPOINT = re.compile(r"checkpoint_(\d+)\.pt$")
+
+
+def run_state(cfg: Config) -> str:
+    """What ``--list`` says of a run: finished; training now (a process holds its run directory's lock, so a second
+    job on it would be refused); started (its newest checkpoint, where the next job resumes); or to do. A cluster
+    user reads it to know which commands to launch."""
+    if is_finished(cfg):
+        return "finished"
+    run_dir = Path(cfg.train.run_dir)
+    if _locked(run_dir / _TRAIN_LOCK):
+        return "training now"
+    steps = [int(m.group(1)) for p in (run_dir / "checkpoints").glob("checkpoint_*.pt")
+             if (m := _STEP_CHECKPOINT.search(p.name))]
+    return f"started: resumes from update {max(steps)}" if steps else "to do"
+
+
+def _locked(lock_file: Path) -> bool:
+    """Whether another process holds ``lock_file`` (a training's ``RunDirLock``); False without the file or locks."""
+    if fcntl is None or not lock_file.is_file():
+        return False
+    try:
+        with open(lock_file) as handle:  # read-only: flock needs no write permission
+            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)  # fails while a training holds it exclusively
+    except BlockingIOError:
+        return True
+    except OSError:  # a file system without locks, an unreadable file: nothing to tell
+        return False
+    return False
 
 
 def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | None:

@@ -24,6 +24,7 @@ from rpr_mt.experiments.sweep import (
     plan_runs,
     recorded_decode,
     run_config,
+    run_state,
     run_sweep,
 )
 from rpr_mt.experiments.tables import load_sweep
@@ -150,6 +151,32 @@ def test_list_prints_one_command_per_run(base_config, tmp_path):
     commands = [line for line in done.stdout.splitlines() if not line.startswith("#")]
     assert len(commands) == 4 and all("--only" in c for c in commands)
     assert "# use_key=false/seed3: to do (key_value aV only)" in done.stdout
+
+
+def test_list_says_which_runs_are_training_now_and_which_were_started(base_config, tmp_path):
+    """--list called a run 'to do' while another job trained it (launching its command again was refused) and when
+    an interrupted job had left checkpoints (its command resumes): a cluster user could not tell what to launch."""
+    import fcntl
+
+    from rpr_mt.checkpoints import STEP_PATTERN
+    from rpr_mt.experiments import sweep as sweep_module
+    from rpr_mt.train.run_dir import RunDirLock
+
+    assert sweep_module._TRAIN_LOCK == RunDirLock.NAME and sweep_module._STEP_CHECKPOINT.pattern == STEP_PATTERN.pattern
+    run = plan_runs(str(base_config), ["key_value"], [1], [])[0]
+    cfg = run_config(str(base_config), [], run, str(tmp_path))
+    assert run_state(cfg) == "to do"
+    checkpoints = Path(cfg.train.run_dir) / "checkpoints"
+    checkpoints.mkdir(parents=True)
+    for step in (250, 500):
+        (checkpoints / f"checkpoint_{step:08d}.pt").write_bytes(b"")
+    (checkpoints / "checkpoint_best.pt").write_bytes(b"")
+    assert run_state(cfg) == "started: resumes from update 500"
+    with RunDirLock(Path(cfg.train.run_dir)) as lock:  # a training holds it
+        assert lock.acquired and run_state(cfg) == "training now"
+    assert run_state(cfg) == "started: resumes from update 500"
+    with open(Path(cfg.train.run_dir) / RunDirLock.NAME) as handle:  # the probe leaves no lock behind
+        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
 
 
 def _raw(cfg) -> dict:
