@@ -84,6 +84,9 @@ def test_missing_and_corrupt_checkpoints(tmp_path):
     assert_one_line_error(runner.invoke(app, ["translate", "--checkpoint", str(bad)], input="a line\n"),
                           "corrupt or truncated")
     assert_one_line_error(run("average-checkpoints", str(tmp_path)), "no numbered checkpoints")
+    # the input's first line is read before the model loads: its bad bytes are said, not the checkpoint's problem
+    assert_one_line_error(runner.invoke(app, ["translate", "--checkpoint", str(bad)], input=b"\xff line\n"),
+                          "stdin: line 1: invalid UTF-8")
 
 
 def test_eval_bleu_line_count_mismatch_and_invalid_utf8(tmp_path):
@@ -842,6 +845,18 @@ def test_an_error_while_stdin_is_still_open_exits_cleanly(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+def test_translate_with_stdin_closed_is_one_line_error(tmp_path):
+    """`rpr-mt translate <&-` (descriptor 0 closed: Python's sys.stdin is None) ended in a traceback."""
+    bad = tmp_path / "model.pt"
+    bad.write_bytes(b"PK\x03\x04 truncated")
+    done = subprocess.run(
+        [sys.executable, "-m", "rpr_mt.cli", "translate", "--checkpoint", str(bad)], stdin=subprocess.DEVNULL,
+        capture_output=True, text=True, timeout=240, preexec_fn=lambda: os.close(0),
+        env={**os.environ, "PYTHONPATH": str(Path(rpr_mt.__file__).parent.parent), "OMP_NUM_THREADS": "1"})
+    assert done.returncode == 2, done.stderr
+    assert done.stderr.strip() == "error: stdin is closed: nothing to read (give the input with --input FILE)"
 
 
 def test_translate_streams_stdin_window_by_window(tmp_path):

@@ -70,10 +70,13 @@ class ArrivingLines:
         return True
 
     def empty(self) -> bool:
-        """Whether the input ends before its first line (waits for that line)."""
+        """Whether the input ends before its first line (waits for that line). An error of reading that line (bad
+        bytes) is raised here, as it would be by ``next``: before the caller does more (translate loads a model)."""
         self.arrives_within(None)
         line, error = self._head[0]
-        return line is _END and error is None
+        if error is not None:
+            raise error
+        return line is _END
 
 
 def more_within(lines: Iterator[str], seconds: Optional[float]) -> bool:

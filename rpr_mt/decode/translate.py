@@ -90,6 +90,8 @@ def _stdin_lines() -> Iterable[bytes]:
     still blocked in the buffered reader when the program ends (an error, Ctrl-C) held the lock that Python's shutdown
     takes to close stdin: "Fatal Python error: could not acquire lock for <stdin>", exit 134. A stdin without a file
     descriptor (a test runner's) is read through its buffer."""
+    if sys.stdin is None:  # `rpr-mt translate <&-`: Python leaves sys.stdin None when descriptor 0 is closed
+        raise UserError("stdin is closed: nothing to read (give the input with --input FILE)")
     try:
         fd = sys.stdin.fileno()
     except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
@@ -155,7 +157,7 @@ def iter_translations(
     """``translate_lines`` as a generator: the output lines in input order, window by window.
 
     ``lines`` is read ``decode.buffer_lines`` lines at a time, and each window is sorted by length, batched and
-    decoded on its own, its translations given before the next window is read (as fairseq-interactive's
+    decoded on its own, its translations given before the next window is taken (as fairseq-interactive's
     --buffer-size): a pipe is translated as it arrives, a long input is never held whole, a long job writes its
     translations as it goes and an interrupted one keeps what it finished. Input read on a thread
     (``rpr_mt.decode.arriving.ArrivingLines``: a terminal, a pipe) ends a window early when it pauses, so a line

@@ -33,13 +33,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-try:  # advisory locks; absent on Windows
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
-
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
+from rpr_mt.locks import fcntl, held_by_another, try_exclusive_lock
 from rpr_mt.provenance import code_version
 
 TABLE_NAMES = ("positions", "clip", "key_value", "schemes")
@@ -381,31 +377,40 @@ _STEP_CHECKPOINT = re.compile(r"checkpoint_(\d+)\.pt$")
 
 
 def run_state(cfg: Config) -> str:
-    """What ``--list`` says of a run: finished; training now (a process holds its run directory's lock, so a second
-    job on it would be refused); started (its newest checkpoint, where the next job resumes); or to do. A cluster
-    user reads it to know which commands to launch."""
+    """What ``--list`` says of a run: finished; running now (a sweep job holds the run, or a training its run
+    directory: the same command again would be refused); started (its newest checkpoint, where the next job
+    resumes); or to do. A cluster user reads it to know which commands to launch."""
     if is_finished(cfg):
         return "finished"
     run_dir = Path(cfg.train.run_dir)
-    if _locked(run_dir / _TRAIN_LOCK):
-        return "training now"
+    if held_by_another(run_dir) or held_by_another(run_dir / _TRAIN_LOCK):
+        return "running now"
     steps = [int(m.group(1)) for p in (run_dir / "checkpoints").glob("checkpoint_*.pt")
              if (m := _STEP_CHECKPOINT.search(p.name))]
     return f"started: resumes from update {max(steps)}" if steps else "to do"
 
 
-def _locked(lock_file: Path) -> bool:
-    """Whether another process holds ``lock_file`` (a training's ``RunDirLock``); False without the file or locks."""
-    if fcntl is None or not lock_file.is_file():
-        return False
+@contextlib.contextmanager
+def _holding_run(run_dir: Path) -> Iterator[None]:
+    """This job's exclusive lock on one run for as long as it prepares, trains and decodes it, so that a second job
+    given the same run (a cluster relaunch) is refused, not left to decode it again beside the first and write the
+    same files (the training's own lock covers only the training). flock on the run directory itself, as the plan's
+    on the root: no lock file. No locks (no fcntl, a file system without them): unlocked, as the plan is."""
+    if fcntl is None:
+        yield
+        return
+    run_dir.mkdir(parents=True, exist_ok=True)
+    fd = os.open(run_dir, os.O_RDONLY)
     try:
-        with open(lock_file) as handle:  # read-only: flock needs no write permission
-            fcntl.flock(handle, fcntl.LOCK_SH | fcntl.LOCK_NB)  # fails while a training holds it exclusively
-    except BlockingIOError:
-        return True
-    except OSError:  # a file system without locks, an unreadable file: nothing to tell
-        return False
-    return False
+        try:
+            held = try_exclusive_lock(fd)
+        except OSError:  # ENOLCK: nothing to lock with
+            held = True
+        if not held:
+            raise UserError(f"{run_dir} is being run by another sweep job; --list says which runs are running now")
+        yield
+    finally:
+        os.close(fd)  # drops the lock
 
 
 def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | None:
@@ -520,13 +525,17 @@ def run_sweep(
         if is_finished(cfg):
             log(f"[{index}/{len(runs)}] {run.directory}: finished, skipped ({cells})")
         else:
-            log(f"[{index}/{len(runs)}] {run.directory}: training ({cells})")
-            record = execute_run(cfg, run, log)
-            if record is None:
-                log(f"{run.directory}: stopped by a signal; run the same command again to resume")
-                return "signal"
-            log(f"[{index}/{len(runs)}] {run.directory}: dev BLEU {record['dev_bleu']:.2f}, "
-                f"test BLEU {record['test_bleu']:.2f}")
+            with _holding_run(Path(cfg.train.run_dir)):
+                if is_finished(cfg):  # by another job, between the check above and the lock
+                    log(f"[{index}/{len(runs)}] {run.directory}: finished by another job, skipped ({cells})")
+                else:
+                    log(f"[{index}/{len(runs)}] {run.directory}: training ({cells})")
+                    record = execute_run(cfg, run, log)
+                    if record is None:
+                        log(f"{run.directory}: stopped by a signal; run the same command again to resume")
+                        return "signal"
+                    log(f"[{index}/{len(runs)}] {run.directory}: dev BLEU {record['dev_bleu']:.2f}, "
+                        f"test BLEU {record['test_bleu']:.2f}")
         if after_run is not None:
             after_run(cfg)
     return "done"

@@ -12,14 +12,10 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-try:  # advisory locks; absent on Windows, where two trainings into one directory are not detected
-    import fcntl
-except ImportError:  # pragma: no cover
-    fcntl = None  # type: ignore[assignment]
-
 from rpr_mt.checkpoints import checkpoint_dir
 from rpr_mt.config import Config, config_to_dict, unused_model_settings, yaml_value
 from rpr_mt.errors import UserError
+from rpr_mt.locks import fcntl, try_exclusive_lock  # fcntl is None on Windows: no locks
 from rpr_mt.train.checkpointing import latest_valid_checkpoint
 
 # Train keys that may change between an interrupted run and its resumption (stopping rules, logging, threads).
@@ -191,10 +187,8 @@ class RunDirLock:
             self.warn(f"warning: no file locks on this platform: a second training into {self.run_dir} would not "
                       "be refused")
             return self
-        try:
-            fcntl.flock(self._handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
-        except BlockingIOError:  # EWOULDBLOCK: another process holds it
-            self.acquired = False
+        try:  # retried for an instant: `sweep --list` probes the lock
+            self.acquired = try_exclusive_lock(self._handle)  # False: another process holds it
         except OSError as exc:  # ENOLCK, ENOSYS: the file system has no locks
             self.warn(f"warning: cannot lock {self.run_dir / self.NAME} ({exc.strerror}): a second training into "
                       f"{self.run_dir} would not be refused")

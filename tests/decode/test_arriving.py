@@ -19,9 +19,19 @@ def _paused(first: list[str], resume: threading.Event, rest: list[str]):
     yield from rest
 
 
+def _read_ahead(lines: ArrivingLines, count: int) -> None:
+    """Wait until the reader thread has queued ``count`` items: on a loaded machine it may lag the 50 ms a window
+    waits, which would make the windows below smaller (as they should be: the lines had not arrived)."""
+    deadline = time.monotonic() + 30
+    while lines._queue.qsize() < count:
+        assert time.monotonic() < deadline, "the reader thread did not read its input"
+        time.sleep(0.01)
+
+
 def test_a_window_of_arriving_lines_ends_when_the_input_pauses():
     resume = threading.Event()
     lines = ArrivingLines(_paused(["a", "b"], resume, ["c"]))
+    _read_ahead(lines, 2)
     started = time.monotonic()
     assert take_window(lines, 2000) == ["a", "b"]  # islice waited here until the input ended
     assert time.monotonic() - started < 5
@@ -32,6 +42,7 @@ def test_a_window_of_arriving_lines_ends_when_the_input_pauses():
 
 def test_lines_that_stream_fill_whole_windows():
     lines = ArrivingLines(f"line {i}" for i in range(5000))
+    _read_ahead(lines, 5001)  # and the end
     windows = [take_window(lines, 2000) for _ in range(4)]
     assert [len(w) for w in windows] == [2000, 2000, 1000, 0]
     assert sum(windows, []) == [f"line {i}" for i in range(5000)]
@@ -59,3 +70,13 @@ def test_empty_input_is_said_before_anything_is_read():
     assert ArrivingLines(iter([])).empty()
     lines = ArrivingLines(iter(["x"]))
     assert not lines.empty() and list(lines) == ["x"]
+
+
+def test_bad_bytes_in_the_first_line_are_said_by_empty():
+    """translate asks empty() before it loads the model: bad bytes in the first line were said only after the load."""
+    def bad_first():
+        raise UserError("stdin: line 1: invalid UTF-8")
+        yield  # a generator
+
+    with pytest.raises(UserError, match="line 1"):
+        ArrivingLines(bad_first()).empty()

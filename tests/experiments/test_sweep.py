@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -153,9 +154,10 @@ def test_list_prints_one_command_per_run(base_config, tmp_path):
     assert "# use_key=false/seed3: to do (key_value aV only)" in done.stdout
 
 
-def test_list_says_which_runs_are_training_now_and_which_were_started(base_config, tmp_path):
-    """--list called a run 'to do' while another job trained it (launching its command again was refused) and when
-    an interrupted job had left checkpoints (its command resumes): a cluster user could not tell what to launch."""
+def test_list_says_which_runs_are_running_now_and_which_were_started(base_config, tmp_path):
+    """--list called a run 'to do' while another job trained or decoded it (launching its command again was refused,
+    or decoded it a second time beside the first) and when an interrupted job had left checkpoints (its command
+    resumes): a cluster user could not tell what to launch. A second job on a run that one is running is refused."""
     import fcntl
 
     from rpr_mt.checkpoints import STEP_PATTERN
@@ -165,18 +167,29 @@ def test_list_says_which_runs_are_training_now_and_which_were_started(base_confi
     assert sweep_module._TRAIN_LOCK == RunDirLock.NAME and sweep_module._STEP_CHECKPOINT.pattern == STEP_PATTERN.pattern
     run = plan_runs(str(base_config), ["key_value"], [1], [])[0]
     cfg = run_config(str(base_config), [], run, str(tmp_path))
+    run_dir = Path(cfg.train.run_dir)
     assert run_state(cfg) == "to do"
-    checkpoints = Path(cfg.train.run_dir) / "checkpoints"
+    checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True)
     for step in (250, 500):
         (checkpoints / f"checkpoint_{step:08d}.pt").write_bytes(b"")
     (checkpoints / "checkpoint_best.pt").write_bytes(b"")
     assert run_state(cfg) == "started: resumes from update 500"
-    with RunDirLock(Path(cfg.train.run_dir)) as lock:  # a training holds it
-        assert lock.acquired and run_state(cfg) == "training now"
+    with RunDirLock(run_dir) as lock:  # a training (`rpr-mt train` into it, or a job's)
+        assert lock.acquired and run_state(cfg) == "running now"
+    with sweep_module._holding_run(run_dir):  # a job preparing or decoding it
+        assert run_state(cfg) == "running now"
+        with pytest.raises(UserError, match="being run by another sweep job"):
+            with sweep_module._holding_run(run_dir):
+                pass
     assert run_state(cfg) == "started: resumes from update 500"
-    with open(Path(cfg.train.run_dir) / RunDirLock.NAME) as handle:  # the probe leaves no lock behind
-        fcntl.flock(handle, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    for held in (run_dir, run_dir / RunDirLock.NAME):  # the probes leave no lock behind
+        fd = os.open(held, os.O_RDONLY)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        finally:
+            os.close(fd)
+    assert sorted(p.name for p in run_dir.parent.iterdir()) == [run_dir.name]  # no lock file beside the run
 
 
 def _raw(cfg) -> dict:
