@@ -53,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("root", help="sweep root written by scripts/sweep.py")
     parser.add_argument("--out", help="write the markdown here (default: print it)")
     parser.add_argument("--title", help="heading of the markdown")
-    parser.add_argument("--plots", help="directory for PNG plots (needs matplotlib: pip install 'rpr-mt[plots]')")
+    parser.add_argument("--plots", help="directory for PNG plots (needs matplotlib: pip install -e '.[plots]' in the checkout)")
     parser.add_argument("--prefix", default="", help="file-name prefix for the plots")
     parser.add_argument("--by-length", choices=["dev", "test"], help="add BLEU by source length on this split")
     parser.add_argument("--length-edges", type=_edges, help="first length of each bucket after the first, e.g. 10,13,16 "
