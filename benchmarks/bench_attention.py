@@ -31,9 +31,9 @@ torch.autograd.graph.saved_tensors_hooks), not counting the inputs q, k, v and t
 and native paths keep from forward to backward outside the graph: their chunk buffers (a few of at most 8 MiB)
 and the native path's head-major copies of q, k, v.
 
-    python benchmarks/bench_attention.py --lengths 32 64 128 256 512 --repeats 5 --threads 2
-    python benchmarks/bench_attention.py --methods scheme --lengths 20 --batch 100      # Multi30k training shapes
-    python benchmarks/bench_attention.py --methods scheme --lengths 128 256 512 --batch 32
+    python3 benchmarks/bench_attention.py --lengths 32 64 128 256 512 --repeats 5 --threads 2
+    python3 benchmarks/bench_attention.py --methods scheme --lengths 20 --batch 100      # Multi30k training shapes
+    python3 benchmarks/bench_attention.py --methods scheme --lengths 128 256 512 --batch 32
 """
 
 from __future__ import annotations

@@ -8,8 +8,8 @@ path comes within 5% of them. This prints the median time of each and the ratio 
     compiled   torch.compile(relative_attention(impl="gather")): Inductor fuses the gather composition
     fused      relative_attention(impl="fused"): the chunked pure-torch Function, uncompiled (for reference)
 
-    python benchmarks/bench_compile.py                       # Multi30k training shape and L = 128, 2 threads
-    python benchmarks/bench_compile.py --shapes 4x2x16 --repeats 1   # a quick correctness run
+    python3 benchmarks/bench_compile.py                       # Multi30k training shape and L = 128, 2 threads
+    python3 benchmarks/bench_compile.py --shapes 4x2x16 --repeats 1   # a quick correctness run
 
 Compilation happens in the warm-up and is not timed (it is printed). Shapes are static here (dynamic=False), the
 best case for the compiler: in training every batch has another length, so a compiled path would also pay for

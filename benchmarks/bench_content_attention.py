@@ -10,8 +10,8 @@ of each sentence padded), H heads of d dimensions, with attention dropout p:
 
 Ratios are taken within each round (methods back to back) and the median over rounds is printed.
 
-    python benchmarks/bench_content_attention.py --lengths 16 24 32 48 64 100 128 --dropout 0.1
-    python benchmarks/bench_content_attention.py --lengths 16 32 64 100 128 --dropout 0
+    python3 benchmarks/bench_content_attention.py --lengths 16 24 32 48 64 100 128 --dropout 0.1
+    python3 benchmarks/bench_content_attention.py --lengths 16 32 64 100 128 --dropout 0
 """
 
 from __future__ import annotations

@@ -17,9 +17,9 @@ and decoding for every row. Output tokens are the pieces of the re-encoded outpu
     # the measurement (docs/benchmarks.md): the sweep's model with shared Shaw tables, its last 5 checkpoints averaged
     rpr-mt train --config configs/multi30k_en_de_rel.yaml --set model.share_across_heads=true \\
         --set train.run_dir=runs/multi30k_en_de_rel_shared
-    python benchmarks/bench_ctranslate2.py --checkpoint runs/multi30k_en_de_rel_shared --which average \\
+    python3 benchmarks/bench_ctranslate2.py --checkpoint runs/multi30k_en_de_rel_shared --which average \\
         --threads 2 --repeats 3
-    python benchmarks/bench_ctranslate2.py --quick      # 20 lines, a random tiny model: checks that it runs
+    python3 benchmarks/bench_ctranslate2.py --quick      # 20 lines, a random tiny model: checks that it runs
 
 The model must be exportable (``rpr-mt export`` says why when not): for Shaw positions, train with
 ``--set model.share_across_heads=true``. Without ``--checkpoint`` a random model is used (outputs run to the length

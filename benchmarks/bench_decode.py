@@ -6,9 +6,9 @@ setting: with the incremental decoder cache (``decode_step``, one new token per 
 prefix with ``model.forward`` at every step (``full_prefix=True``; the encoder is recomputed too). Both must give
 identical translations; the table says whether they did.
 
-    python benchmarks/bench_decode.py                                    # random models, relative and absolute
-    python benchmarks/bench_decode.py --checkpoint runs/rel --checkpoint runs/abs --lines 500
-    python benchmarks/bench_decode.py --vocab data/multi30k_en_de --positions relative --beam-sizes 4
+    python3 benchmarks/bench_decode.py                                    # random models, relative and absolute
+    python3 benchmarks/bench_decode.py --checkpoint runs/rel --checkpoint runs/abs --lines 500
+    python3 benchmarks/bench_decode.py --vocab data/multi30k_en_de --positions relative --beam-sizes 4
 
 Models:
     --checkpoint PATH   (repeatable) a trained checkpoint file or run directory; its vocabulary comes with it.

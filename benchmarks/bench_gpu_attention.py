@@ -15,9 +15,9 @@ Inputs are laid out as MultiHeadAttention produces them ([B, H, L, d] views of o
 --dtype (bf16 by default, as training under autocast), tables per head unless --shared. --mask adds a padding
 mask (the last 10% of keys of every other sentence) or a causal one.
 
-    python benchmarks/bench_gpu_attention.py                                   # L = 64 ... 1024, bf16, k = 16
-    python benchmarks/bench_gpu_attention.py --lengths 128 256 512 --mask causal --json out.json
-    python benchmarks/bench_gpu_attention.py --dry-run                         # the table's form, no GPU needed
+    python3 benchmarks/bench_gpu_attention.py                                   # L = 64 ... 1024, bf16, k = 16
+    python3 benchmarks/bench_gpu_attention.py --lengths 128 256 512 --mask causal --json out.json
+    python3 benchmarks/bench_gpu_attention.py --dry-run                         # the table's form, no GPU needed
 """
 
 from __future__ import annotations

@@ -22,10 +22,10 @@ Configurations (``--schemes``):
 Batches: --max-tokens per batch, each a value to measure; 3,125 is one GPU's share of the paper's 25,000-token
 update on 8 GPUs (max_tokens 25,000, update_freq 1 under torchrun), 25,000 the whole update on one GPU.
 
-    python benchmarks/bench_gpu_train.py                                       # base, 3,125 and 25,000 tokens
-    python benchmarks/bench_gpu_train.py --presets base big --max-tokens 3125 --json train.json
-    python benchmarks/bench_gpu_train.py --dry-run                             # the table's form, no GPU needed
-    python benchmarks/bench_gpu_train.py --max-tokens 3125 --profile prof/     # where an update's time goes
+    python3 benchmarks/bench_gpu_train.py                                       # base, 3,125 and 25,000 tokens
+    python3 benchmarks/bench_gpu_train.py --presets base big --max-tokens 3125 --json train.json
+    python3 benchmarks/bench_gpu_train.py --dry-run                             # the table's form, no GPU needed
+    python3 benchmarks/bench_gpu_train.py --max-tokens 3125 --profile prof/     # where an update's time goes
 
 With --profile, the first repeat of each row profiles a few more updates: the kernels' device time against the wall
 clock says whether the GPU waits for the host (a small batch's update on an H100), and the operator tables say for

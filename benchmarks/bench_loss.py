@@ -5,8 +5,8 @@ padding), both methods back to back in each round, and prints the median time of
 per-round ratios. ``autograd`` is the textbook computation (log_softmax, gather, mean, autograd's backward), as
 rpr_mt computed it before; ``fused`` is ``rpr_mt.train.loss.label_smoothed_nll``.
 
-    python benchmarks/bench_loss.py                                  # N = 3,600 (a 4,096-token batch), V = 8,000
-    python benchmarks/bench_loss.py --tokens 1800 3600 --vocab 8000 32768 --threads 2
+    python3 benchmarks/bench_loss.py                                  # N = 3,600 (a 4,096-token batch), V = 8,000
+    python3 benchmarks/bench_loss.py --tokens 1800 3600 --vocab 8000 32768 --threads 2
 """
 
 from __future__ import annotations

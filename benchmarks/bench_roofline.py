@@ -8,8 +8,8 @@ same updates with the Adam step, measures the best fp32 matmul rate at the model
 - the ceiling: target tokens/s if every update ran all its FLOPs at that matmul rate and nothing else cost time;
 - where the time goes: the profiler's self time of matrix products against everything else, by operator.
 
-    python benchmarks/bench_roofline.py                          # the time-to-BLEU model, Multi30k lengths
-    python benchmarks/bench_roofline.py --positions absolute --goal 2950
+    python3 benchmarks/bench_roofline.py                          # the time-to-BLEU model, Multi30k lengths
+    python3 benchmarks/bench_roofline.py --positions absolute --goal 2950
 
 The model and batches are bench_train's (d_model 256, 3+3 layers, ff 1024, vocabulary 8,000, <= 4,096 tokens).
 """

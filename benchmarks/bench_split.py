@@ -6,11 +6,11 @@ number for both ways) and lines/s per way, and the throughput ratio split/whole.
 turns each line of k sentences into k shorter sources in the same token batches; on one-sentence lines it should
 cost next to nothing, on paragraphs the ratio also reflects the outputs no longer stopping after one sentence.
 
-    python benchmarks/bench_split.py --checkpoint RUN_DIR --input data/multi30k_en_de/test.en           # x1
+    python3 benchmarks/bench_split.py --checkpoint RUN_DIR --input data/multi30k_en_de/test.en           # x1
     # the study's joined sets (test.x4.en: four captions a line), then paragraphs:
     python -c "from rpr_mt.experiments.study import write_long_sets as w; w('data/multi30k_en_de_bpe8k', 'long', 'en', 'de')"
-    python benchmarks/bench_split.py --checkpoint RUN_DIR --input long/test.x4.en --repeats 5 --device cuda
-    python benchmarks/bench_split.py --quick     # smoke test: the tests' tiny checkpoint, a few lines, 1 repeat
+    python3 benchmarks/bench_split.py --checkpoint RUN_DIR --input long/test.x4.en --repeats 5 --device cuda
+    python3 benchmarks/bench_split.py --quick     # smoke test: the tests' tiny checkpoint, a few lines, 1 repeat
 """
 
 from __future__ import annotations

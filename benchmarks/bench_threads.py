@@ -13,9 +13,9 @@ loads, started by this script before the cells that run beside them and stopped 
 Cells run round-robin, ``--repeats`` times, so that drift in the machine's speed hits every cell alike; the table
 gives the median and, with repeats, the range. Run it on an otherwise quiet machine:
 
-    python benchmarks/bench_threads.py                       # threads 1 2 x policies default passive active x loads
-    python benchmarks/bench_threads.py --policies default passive spin10k --loads quiet busy1 --repeats 3
-    python benchmarks/bench_threads.py --quick               # a few updates a cell: checks the script, not the machine
+    python3 benchmarks/bench_threads.py                       # threads 1 2 x policies default passive active x loads
+    python3 benchmarks/bench_threads.py --policies default passive spin10k --loads quiet busy1 --repeats 3
+    python3 benchmarks/bench_threads.py --quick               # a few updates a cell: checks the script, not the machine
 """
 
 from __future__ import annotations

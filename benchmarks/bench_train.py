@@ -6,11 +6,11 @@ length-bucketed batches drawn from two length regimes, in fp32 and bf16 autocast
 (medians over repeats) and each scheme's ratio to absolute (the median of the ratios of each repeat's back-to-back
 measurements, and their range).
 
-    python benchmarks/bench_train.py                       # d_model 256, 3+3 layers, ~4k target tokens a batch
-    python benchmarks/bench_train.py --schemes all --regimes multi30k --precisions fp32
-    python benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
-    python benchmarks/bench_train.py --malloc default   # without rpr_mt.host.keep_freed_memory (glibc's default)
-    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
+    python3 benchmarks/bench_train.py                       # d_model 256, 3+3 layers, ~4k target tokens a batch
+    python3 benchmarks/bench_train.py --schemes all --regimes multi30k --precisions fp32
+    python3 benchmarks/bench_train.py --regimes wmt --precisions bf16 --updates 10
+    python3 benchmarks/bench_train.py --malloc default   # without rpr_mt.host.keep_freed_memory (glibc's default)
+    python3 benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
         # every cell of the position-scheme study (sweep table "schemes") with the study config's model and
         # batch size, fp32, Multi30k lengths: the study table's "tok/s vs absolute" column (scripts/study_positions.py
         # --report --speed-json), measured quietly instead of read from runs that shared the machine

@@ -7,7 +7,7 @@ Triton compiles a kernel once per combination of its constexprs and of the speci
 (== 1, divisible by 16); arguments that change with every batch or call would each add variants that appear long
 into the first epoch. Prints the variants compiled and the seconds spent after each tenth of the calls.
 
-    python benchmarks/bench_triton_compiles.py --calls 200 --json compiles.json
+    python3 benchmarks/bench_triton_compiles.py --calls 200 --json compiles.json
 """
 
 from __future__ import annotations

@@ -14,7 +14,7 @@ then, per kernel, one launch through ``JITFunction.run`` against one through the
 cost of a ``torch.empty`` and a ``torch.zeros`` on the device. With small batches a GPU waits for this time
 (docs/benchmarks.md, "The second GPU session" and "The fifth GPU session").
 
-    python benchmarks/bench_triton_launch.py            # on a CUDA GPU with Triton >= 3.3
+    python3 benchmarks/bench_triton_launch.py            # on a CUDA GPU with Triton >= 3.3
 """
 
 from __future__ import annotations

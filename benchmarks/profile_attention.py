@@ -2,8 +2,8 @@
 shape, per step, for ``relative_attention`` laid out as the model calls it (q, k, v views of one [B, L, 3, H, d]
 projection). The native row kernels are custom ops, so they show up by name beside the GEMMs.
 
-    python benchmarks/profile_attention.py --length 128 --batch 32 --clip 16
-    python benchmarks/profile_attention.py --no-tables            # content only, for comparison
+    python3 benchmarks/profile_attention.py --length 128 --batch 32 --clip 16
+    python3 benchmarks/profile_attention.py --no-tables            # content only, for comparison
 """
 
 from __future__ import annotations

@@ -3,7 +3,7 @@
 dropout 0.1), through ``relative_attention(impl="triton")`` as the model calls it. With small batches a GPU waits for
 this time (docs/benchmarks.md, "The second GPU session").
 
-    python benchmarks/profile_gpu_host.py             # the 35 most expensive functions, by own time and cumulative
+    python3 benchmarks/profile_gpu_host.py             # the 35 most expensive functions, by own time and cumulative
 
 Its last line is the host time per call measured without the profiler (``tune_gpu_attention.host_micros``).
 """

@@ -11,9 +11,9 @@ FlashAttention, with the GPU-only time beside it: the difference is host time (P
 waited for; that comparison uses the first of --masks (SDPA's memory-efficient kernel for a padding mask, as flash
 takes no mask tensor). A last line measures that host time alone, per call at a tiny shape.
 
-    python benchmarks/tune_gpu_attention.py                          # L = 128, 256, 512; prints RPR_MT_TRITON_TILES
-    python benchmarks/tune_gpu_attention.py --json tune.json --tiles-out tiles.txt
-    TRITON_INTERPRET=1 python benchmarks/tune_gpu_attention.py --device cpu --lengths 32 --tokens 64 \\
+    python3 benchmarks/tune_gpu_attention.py                          # L = 128, 256, 512; prints RPR_MT_TRITON_TILES
+    python3 benchmarks/tune_gpu_attention.py --json tune.json --tiles-out tiles.txt
+    TRITON_INTERPRET=1 python3 benchmarks/tune_gpu_attention.py --device cpu --lengths 32 --tokens 64 \\
         --candidates 16,16,1,1 --repeats 1    # a smoke test of the script on a CPU (no GPU times)
 
 The printed ``RPR_MT_TRITON_TILES=...`` line makes the chosen tiles the default of every Triton call of a process

@@ -1,6 +1,6 @@
 """Tables shaped like Shaw et al. (2018), Tables 1-3, and plots, from a sweep root (see scripts/sweep.py).
 
-    python scripts/aggregate.py runs/sweep_multi30k_en_de --out docs/results_multi30k_en_de.md --plots docs/img
+    python3 scripts/aggregate.py runs/sweep_multi30k_en_de --out docs/results_multi30k_en_de.md --plots docs/img
 
 ``--by-length dev`` adds a table of BLEU by source-sentence length (quartile buckets, or ``--length-edges 10,13,16``),
 scored from each finished run's ``dev.hyp``; see rpr_mt/experiments/lengths.py. ``--paired-bootstrap dev`` adds each

@@ -1,6 +1,6 @@
 """Time-to-BLEU: prepare -> train for exactly the config's budget -> translate dev and test (beam) -> sacreBLEU.
 
-    python scripts/bench_time_to_bleu.py configs/multi30k_en_de_budget.yaml configs/multi30k_en_de_budget_abs.yaml
+    python3 scripts/bench_time_to_bleu.py configs/multi30k_en_de_budget.yaml configs/multi30k_en_de_budget_abs.yaml
 
 Each config trains into its own train.run_dir (an existing run there is replaced: the budget is only meaningful for
 a fresh run). Training wall clock includes start-up and validation, as the OpenNMT-py numbers it is compared with.

@@ -2,17 +2,17 @@
 2-4 times longer than any seen in training (rpr_mt/experiments/study.py).
 
     # train every scheme (seed-major, resumable: re-run the same command), each run's long sets decoded after it
-    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2
+    python3 scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2
     # the table, BLEU against source length (PNG) and the paired bootstrap against absolute sinusoidal positions
     # (--baseline "Shaw k=64": against another scheme)
-    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --report \\
+    python3 scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --report \\
         --plot docs/img/positions_bleu_by_length.png --bootstrap --lengths --speed-json results/study_speed.json
     # the long sets translated sentence by sentence, as `rpr-mt translate` does by default (finished runs whose
     # checkpoints are still there; each run's long_results_split.json and long_split/*.hyp, beside the whole-line ones)
-    python scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2 \\
+    python3 scripts/study_positions.py configs/multi30k_en_de_positions.yaml --root results/study_positions --seeds 1 2 \\
         --split-sentences
     # the tok/s column, measured on a quiet machine (the runs' own rates measure whatever shared the machine):
-    python benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
+    python3 benchmarks/bench_train.py --study configs/multi30k_en_de_positions.yaml --json results/study_speed.json
 """
 
 from __future__ import annotations

@@ -1,12 +1,12 @@
 """Run Shaw et al. (2018) Tables 1-3 as a sweep over one base config (see rpr_mt/experiments/sweep.py).
 
     # Tables 1-3 (positions, k, aK/aV cells; the default), two seeds, sequentially; re-run the same command to resume
-    python scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de \\
+    python3 scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de \\
         --tables positions clip key_value --seeds 1 2
     # one command per run, for a cluster (each job runs one run directory)
-    python scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de --seeds 1 2 --list
+    python3 scripts/sweep.py configs/multi30k_en_de_rel.yaml --root runs/sweep_multi30k_en_de --seeds 1 2 --list
     # then the tables and plots
-    python scripts/aggregate.py runs/sweep_multi30k_en_de --plots docs/img
+    python3 scripts/aggregate.py runs/sweep_multi30k_en_de --plots docs/img
 """
 
 from __future__ import annotations
@@ -57,7 +57,7 @@ def main(argv: list[str] | None = None) -> int:
                 if args.only and run.directory not in args.only:
                     continue
                 state = run_state(run_config(args.config, args.overrides, run, args.root))
-                command = ["python", script, args.config, "--root", args.root, "--tables", *args.tables,
+                command = ["python3", script, args.config, "--root", args.root, "--tables", *args.tables,
                            "--seeds", *map(str, args.seeds), *(f"--set={o}" for o in args.overrides),
                            "--only", run.directory]
                 cells = ", ".join(f"{t} {label}" for t, label in run.cells)

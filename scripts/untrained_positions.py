@@ -4,7 +4,7 @@ Rebuilds each run's initial model from its config and seed and compares it, row 
 checkpoint: a row still bit-identical was reached by no training input. A run needs its checkpoints (results/
 keeps none; a run trained again gives the same answer, which depends only on the training lengths and the scheme).
 
-    python scripts/untrained_positions.py results/study_positions/clip=64/seed1 \\
+    python3 scripts/untrained_positions.py results/study_positions/clip=64/seed1 \\
         "results/study_positions/positions=absolute+absolute_kind=learned/seed1"
 """
 
