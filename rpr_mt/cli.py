@@ -368,6 +368,9 @@ class _TokenizedAsMulti30k:
     arriving input still ends translation's windows early."""
 
     def __init__(self, lines: Iterator[str], lang: str, window: int, raw: _RawLines) -> None:
+        from rpr_mt.decode import arriving, pretokenize  # once, not per line
+
+        self._arriving, self._tokenize = arriving, pretokenize.tokenize_untokenized
         self._lines, self._lang, self._window, self._raw = lines, lang, window, raw
         self._chunk: list[str] = []
 
@@ -375,23 +378,18 @@ class _TokenizedAsMulti30k:
         return self
 
     def __next__(self) -> str:
-        from rpr_mt.decode.arriving import take_window
-        from rpr_mt.decode.pretokenize import tokenize_untokenized
-
         if not self._chunk:
-            chunk = take_window(self._lines, self._window)
+            chunk = self._arriving.take_window(self._lines, self._window)
             if not chunk:
                 raise StopIteration
-            chunk, changed = tokenize_untokenized(chunk, self._lang)
+            chunk, changed = self._tokenize(chunk, self._lang)
             self._raw.tokenized.update(self._raw.read + i for i in changed)
             self._raw.read += len(chunk)
             self._chunk = chunk[::-1]
         return self._chunk.pop()
 
     def arrives_within(self, seconds: Optional[float]) -> bool:
-        from rpr_mt.decode.arriving import more_within
-
-        return bool(self._chunk) or more_within(self._lines, seconds)
+        return bool(self._chunk) or self._arriving.more_within(self._lines, seconds)
 
 
 @app.command("eval-bleu", cls=_Command)

@@ -5,17 +5,18 @@ asks both. No torch here: ``--list`` imports none. Without fcntl (Windows) nothi
 
 from __future__ import annotations
 
+import contextlib
 import os
 import time
 from pathlib import Path
-from typing import IO, Union
+from typing import IO, Iterator, Union
 
 try:
     import fcntl
 except ImportError:  # pragma: no cover (Windows)
     fcntl = None  # type: ignore[assignment]
 
-__all__ = ["fcntl", "held_by_another", "try_exclusive_lock"]
+__all__ = ["fcntl", "held_by_another", "locked_directory", "try_exclusive_lock"]
 
 
 def try_exclusive_lock(target: Union[int, IO], tries: int = 5, wait_s: float = 0.05) -> bool:
@@ -50,3 +51,26 @@ def held_by_another(path: Path) -> bool:
     finally:
         os.close(fd)  # drops the probe's lock
     return False
+
+
+@contextlib.contextmanager
+def locked_directory(path: Path, wait: bool) -> Iterator[bool]:
+    """An exclusive lock on the directory ``path`` itself (no lock file is left in it) for the block: waited for
+    (``wait``), or tried briefly (``try_exclusive_lock``). Yields whether it is held: False only when another process
+    holds it; True also where nothing can be locked (no fcntl, a file system without locks), which goes unlocked."""
+    if fcntl is None:
+        yield True
+        return
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        try:
+            if wait:
+                fcntl.flock(fd, fcntl.LOCK_EX)
+                held = True
+            else:
+                held = try_exclusive_lock(fd)
+        except OSError:  # ENOLCK: a file system without locks
+            held = True
+        yield held
+    finally:
+        os.close(fd)  # drops the lock

@@ -33,8 +33,8 @@ import torch
 from tqdm import tqdm
 
 from rpr_mt.config import DecodeConfig
-from rpr_mt.decode.arriving import take_window
 from rpr_mt.data.sources import refuse_unnamed_gzip
+from rpr_mt.decode.arriving import take_window
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search
 from rpr_mt.decode.segment import join_sentences, split_sentences
 from rpr_mt.errors import UserError

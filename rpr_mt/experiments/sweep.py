@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
-from rpr_mt.locks import fcntl, held_by_another, try_exclusive_lock
+from rpr_mt.locks import held_by_another, locked_directory
 from rpr_mt.provenance import code_version
 
 TABLE_NAMES = ("positions", "clip", "key_value", "schemes")
@@ -199,20 +199,8 @@ def _plan_locked(root: Path) -> Iterator[None]:
     ``--only`` jobs all merge into one plan.json (without it, one job's rename found another's temporary gone, or
     moved a plan into place that dropped the other's runs). flock on the directory itself: no lock file is left in a
     committed root. Without locks (no fcntl, a file system without them) the plan is written unlocked."""
-    try:
-        import fcntl
-    except ImportError:  # pragma: no cover (Windows)
+    with locked_directory(root, wait=True):
         yield
-        return
-    fd = os.open(root, os.O_RDONLY)
-    try:
-        try:
-            fcntl.flock(fd, fcntl.LOCK_EX)
-        except OSError:  # ENOLCK: a file system without locks
-            pass
-        yield
-    finally:
-        os.close(fd)  # drops the lock
 
 
 def write_plan(root: str | Path, config_path: str | Path, overrides: list[str], runs: list[Run]) -> None:
@@ -396,21 +384,11 @@ def _holding_run(run_dir: Path) -> Iterator[None]:
     given the same run (a cluster relaunch) is refused, not left to decode it again beside the first and write the
     same files (the training's own lock covers only the training). flock on the run directory itself, as the plan's
     on the root: no lock file. No locks (no fcntl, a file system without them): unlocked, as the plan is."""
-    if fcntl is None:
-        yield
-        return
     run_dir.mkdir(parents=True, exist_ok=True)
-    fd = os.open(run_dir, os.O_RDONLY)
-    try:
-        try:
-            held = try_exclusive_lock(fd)
-        except OSError:  # ENOLCK: nothing to lock with
-            held = True
+    with locked_directory(run_dir, wait=False) as held:
         if not held:
             raise UserError(f"{run_dir} is being run by another sweep job; --list says which runs are running now")
         yield
-    finally:
-        os.close(fd)  # drops the lock
 
 
 def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | None:
