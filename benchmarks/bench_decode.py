@@ -19,6 +19,11 @@ Models:
                         ``1.5 |x| + 10``: the worst case for decoding time (the "out len" column shows it). Trained
                         models stop earlier, so they should decode faster and show a smaller cached/recompute gap.
 
+``--device cuda`` decodes on the GPU (float32, as ``rpr-mt translate --device cuda`` does; one query a step takes the
+gather path, not the Triton kernels): beam search there meets a new batch shape whenever a sentence finishes, so it
+shows what those shapes cost on a GPU. The input and the SentencePiece model must be reachable on that machine
+(``--input``, ``--vocab``).
+
 Threads: ``--threads 2`` (default) uses both cores of the reference machine. When other jobs share the CPU, use
 ``--threads 1``: with two intra-op threads every small decoder op waits for a second free core, and timings collapse
 (greedy, 10 lines, load ~3: 3.7 sent/s with 2 threads vs 15.2 with 1).
@@ -39,6 +44,7 @@ import torch
 
 from rpr_mt.config import DecodeConfig, ModelConfig
 from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.errors import UserError
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_train.py, beside this file
 from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
@@ -61,13 +67,13 @@ def load_vocab(args, workdir: Path):
     return Vocab.load(path)
 
 
-def models(args, workdir: Path):
+def models(args, workdir: Path, device: torch.device):
     """(label, model, vocab) for each model to benchmark."""
     if args.checkpoint:
         from rpr_mt.checkpoints import load_for_inference
 
         for path in args.checkpoint:
-            model, config, vocab, resolved = load_for_inference(path, args.which, "cpu")
+            model, config, vocab, resolved = load_for_inference(path, args.which, device)
             yield f"{config.model.positions} ({resolved.name})", model, vocab
         return
     from rpr_mt.model.transformer import Seq2Seq
@@ -78,16 +84,17 @@ def models(args, workdir: Path):
         config = ModelConfig(d_model=args.d_model, n_heads=args.heads, encoder_layers=args.layers,
                              decoder_layers=args.layers, ff_dim=args.ff, dropout=0.0, positions=positions,
                              max_positions=256)
-        model = Seq2Seq(config, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id).eval()
+        model = Seq2Seq(config, vocab.size, vocab.pad_id, vocab.bos_id, vocab.eos_id).to(device).eval()
         yield f"{positions} (random)", model, vocab
 
 
-def timed(model, vocab, lines, decode: DecodeConfig, full_prefix: bool, repeats: int) -> tuple[float, list[str]]:
-    """Median seconds of ``repeats`` runs, and the translations."""
+def timed(model, vocab, lines, decode: DecodeConfig, full_prefix: bool, repeats: int,
+          device: torch.device) -> tuple[float, list[str]]:
+    """Median seconds of ``repeats`` runs, and the translations (strings: the GPU's work is done when they are)."""
     times = []
     for _ in range(repeats):
         start = time.perf_counter()
-        outputs = translate_lines(model, vocab, lines, decode=decode, device="cpu", full_prefix=full_prefix)
+        outputs = translate_lines(model, vocab, lines, decode=decode, device=device, full_prefix=full_prefix)
         times.append(time.perf_counter() - start)
     return statistics.median(times), outputs
 
@@ -112,11 +119,16 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--repeats", type=positive_int, default=1, help="median of this many runs per cell")
     parser.add_argument("--no-recompute", action="store_true", help="only time the cached decoder")
     parser.add_argument("--threads", type=positive_int, default=2)
+    parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models decode")
     args = parser.parse_args(argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        raise UserError("--device cuda: no CUDA device is available")
+    device = torch.device(args.device)
     torch.set_num_threads(args.threads)
 
     lines = read_lines(args.input)[: args.lines]
-    print(f"torch {torch.__version__}, {args.threads} threads, CPU; {len(lines)} lines of {Path(args.input).name}; "
+    where = torch.cuda.get_device_name(device) if device.type == "cuda" else "CPU"
+    print(f"torch {torch.__version__}, {args.threads} threads, {where}; {len(lines)} lines of {Path(args.input).name}; "
           f"max output length 1.5|x|+10; batches <= {args.max_tokens} source tokens; median of {args.repeats}")
     if not args.checkpoint:
         print(f"random models: d={args.d_model}, {args.layers}+{args.layers} layers, {args.heads} heads, "
@@ -125,17 +137,17 @@ def main(argv: list[str] | None = None) -> None:
     print("| model | search | cached sent/s | recompute sent/s | cached speed-up | out len (pieces) | identical |")
     print("|---|---|---|---|---|---|---|")
     with tempfile.TemporaryDirectory() as tmp:
-        for label, model, vocab in models(args, Path(tmp)):
+        for label, model, vocab in models(args, Path(tmp), device):
             for beam in args.beam_sizes:
                 decode = dataclasses.replace(DecodeConfig(), beam_size=beam, nbest=1, max_tokens=args.max_tokens)
-                translate_lines(model, vocab, lines[:8], decode=decode, device="cpu")  # warm-up
-                cached_s, cached_out = timed(model, vocab, lines, decode, False, args.repeats)
+                translate_lines(model, vocab, lines[:8], decode=decode, device=device)  # warm-up
+                cached_s, cached_out = timed(model, vocab, lines, decode, False, args.repeats, device)
                 out_len = statistics.mean(len(vocab.encode(o)) for o in cached_out)
                 search = "greedy" if beam == 1 else f"beam {beam}"
                 if args.no_recompute:
                     print(f"| {label} | {search} | {len(lines) / cached_s:.1f} | - | - | {out_len:.1f} | - |")
                     continue
-                full_s, full_out = timed(model, vocab, lines, decode, True, args.repeats)
+                full_s, full_out = timed(model, vocab, lines, decode, True, args.repeats, device)
                 agree = sum(a == b for a, b in zip(cached_out, full_out))
                 same = "yes" if agree == len(lines) else f"{agree}/{len(lines)}"
                 print(f"| {label} | {search} | {len(lines) / cached_s:.1f} | {len(lines) / full_s:.1f} | "

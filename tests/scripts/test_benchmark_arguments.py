@@ -5,6 +5,7 @@ each case stops before the first measurement, so none of these runs a benchmark.
 from __future__ import annotations
 
 import pytest
+import torch
 
 from . import REPO, load_script
 
@@ -24,6 +25,7 @@ CASES = [
     ("bench_decode.py", ["--beam-sizes", "1", "0"], "argument --beam-sizes: must be >= 1 (got 0)"),
     ("bench_decode.py", ["--max-tokens", "0"], "argument --max-tokens: must be >= 1 (got 0)"),
     ("bench_decode.py", ["--positions", "nonsense"], "argument --positions: invalid choice: 'nonsense'"),
+    ("bench_decode.py", ["--device", "tpu"], "argument --device: invalid choice: 'tpu'"),
     ("bench_gpu_attention.py", ["--tokens", "0"], "argument --tokens: must be >= 1 (got 0)"),
     ("bench_gpu_attention.py", ["--warmup", "-1"], "argument --warmup: must be >= 0 (got -1)"),
     ("bench_gpu_train.py", ["--max-tokens", "0"], "argument --max-tokens: must be >= 1 (got 0)"),
@@ -86,3 +88,13 @@ def test_every_benchmark_parses_with_the_shared_one_line_parser(script, capsys):
     with pytest.raises(SystemExit) as stop:
         module.main(["--help"])
     assert stop.value.code == 0 and "usage:" in capsys.readouterr().out
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="needs a machine without CUDA")
+def test_decoding_on_cuda_without_a_gpu_is_one_line_and_exit_2(capsys):
+    module = load_script("benchmarks/bench_decode.py")
+    with pytest.raises(SystemExit) as stop:
+        module.main(["--device", "cuda", "--threads", "1"])
+    out, err = capsys.readouterr()
+    assert stop.value.code == 2 and err.strip() == "error: --device cuda: no CUDA device is available", err
+    assert out == ""
