@@ -18,6 +18,9 @@ Configurations (``--schemes``):
     relative-triton  the same model on the fused Triton kernels (impl="triton"; the CUDA default with Triton)
     relative-triton-tiles  the same with the kernel tiles of --tiles (RPR_MT_TRITON_TILES while it runs; from
                      benchmarks/tune_gpu_attention.py), measured beside the default tiles
+    relative-triton-serial  the Triton kernels with the one-program-per-(batch, head) backward pass
+                     (RPR_MT_TRITON_BACKWARD=serial while it runs; triton_shaw.backward_variant); the other Triton
+                     schemes take RPR_MT_TRITON_BACKWARD as the caller set it
 
 Batches: --max-tokens per batch, each a value to measure; 3,125 is one GPU's share of the paper's 25,000-token
 update on 8 GPUs (max_tokens 25,000, update_freq 1 under torchrun), 25,000 the whole update on one GPU.
@@ -51,8 +54,9 @@ from arguments import ArgumentParser, at_least, non_negative_int, positive_int, 
 
 COLUMNS = ["model", "tokens/batch", "scheme", "tgt tok/s", "/ absolute", "peak MiB", "/ absolute",
            "compiles (timed)"]
-SCHEMES = ["absolute", "relative-torch", "relative-triton", "relative-triton-tiles"]
-IMPLS = {"relative-torch": "fused", "relative-triton": "triton", "relative-triton-tiles": "triton"}
+SCHEMES = ["absolute", "relative-torch", "relative-triton", "relative-triton-tiles", "relative-triton-serial"]
+IMPLS = {"relative-torch": "fused", "relative-triton": "triton", "relative-triton-tiles": "triton",
+         "relative-triton-serial": "triton"}
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -115,7 +119,8 @@ def build(preset: str, scheme: str, args: argparse.Namespace):
 @contextlib.contextmanager
 def attention_impl(scheme: str, tiles: str = ""):
     """The relative schemes: every Shaw self-attention call with the scheme's impl, whatever the default policy;
-    relative-triton-tiles with RPR_MT_TRITON_TILES=tiles while it runs (relative-triton without it)."""
+    relative-triton-tiles with RPR_MT_TRITON_TILES=tiles while it runs (relative-triton without it),
+    relative-triton-serial with RPR_MT_TRITON_BACKWARD=serial."""
     if scheme not in IMPLS:
         yield
         return
@@ -124,9 +129,12 @@ def attention_impl(scheme: str, tiles: str = ""):
     import rpr_mt.model.positions.shaw as shaw
 
     original, saved = shaw.relative_attention, os.environ.pop("RPR_MT_TRITON_TILES", None)
+    saved_backward = os.environ.get("RPR_MT_TRITON_BACKWARD")
     shaw.relative_attention = functools.partial(original, impl=IMPLS[scheme])
     if scheme == "relative-triton-tiles":
         os.environ["RPR_MT_TRITON_TILES"] = tiles
+    if scheme == "relative-triton-serial":
+        os.environ["RPR_MT_TRITON_BACKWARD"] = "serial"
     try:
         yield
     finally:
@@ -134,6 +142,9 @@ def attention_impl(scheme: str, tiles: str = ""):
         os.environ.pop("RPR_MT_TRITON_TILES", None)
         if saved is not None:
             os.environ["RPR_MT_TRITON_TILES"] = saved
+        os.environ.pop("RPR_MT_TRITON_BACKWARD", None)
+        if saved_backward is not None:
+            os.environ["RPR_MT_TRITON_BACKWARD"] = saved_backward
 
 
 def batch_order(n_batches: int, warmup: int, updates: int) -> list[int]:

@@ -312,3 +312,21 @@ def test_training_benchmark_profiles_each_row_once(tmp_path):
     assert [p.name for p in (tmp_path / "prof").iterdir()] == ["tiny_120_absolute.txt"]
     text = (tmp_path / "prof" / "tiny_120_absolute.txt").read_text()
     assert "2 profiled updates" in text and "ms per update" in text and "## by self_cpu_time_total" in text
+
+
+def test_training_benchmark_runs_the_serial_backward_only_in_its_own_scheme(monkeypatch):
+    """relative-triton-serial sets RPR_MT_TRITON_BACKWARD=serial while it runs and gives the caller's value back;
+    the other schemes leave the caller's value as it is."""
+    import os
+
+    bench = load_script("benchmarks/bench_gpu_train.py")
+    monkeypatch.delenv("RPR_MT_TRITON_BACKWARD", raising=False)
+    with bench.attention_impl("relative-triton-serial"):
+        assert os.environ["RPR_MT_TRITON_BACKWARD"] == "serial"
+    assert "RPR_MT_TRITON_BACKWARD" not in os.environ
+    monkeypatch.setenv("RPR_MT_TRITON_BACKWARD", "split")
+    with bench.attention_impl("relative-triton-serial"):
+        assert os.environ["RPR_MT_TRITON_BACKWARD"] == "serial"
+    with bench.attention_impl("relative-triton"):
+        assert os.environ["RPR_MT_TRITON_BACKWARD"] == "split"
+    assert os.environ["RPR_MT_TRITON_BACKWARD"] == "split"

@@ -23,6 +23,9 @@ tiles that cross the band of width 2k + 1 around the diagonal need the per-eleme
   for dK and dV, one per query block for dQ (with fold(dS) w^K, fold(dS) built like fold(P)), the bias gradient,
   and each block's share of the table gradients, fold(dS)^T q / sqrt(d) and fold(P)^T dO, added atomically into
   [H, 2k+1, d] (one [2k+1, d] for shared tables). Nothing runs in torch but allocations, zero-fills and casts.
+  ``RPR_MT_TRITON_BACKWARD=serial`` runs the pass after the preprocess as one program per (batch, head) instead
+  (``_shaw_bwd_serial``): every tile computed once for dK, dV, dQ and fold(dS) together, dQ and fold(dS) added in
+  float32 buffers of that program, then dQ and the table gradients per query block (``backward_variant``).
   (Floating-point atomic adds, here and for a broadcast bias's gradient, make those gradients not bitwise
   reproducible on a GPU.)
 
@@ -71,6 +74,7 @@ __all__ = [
     "TritonShawAttention",
     "as_tiles",
     "available",
+    "backward_variant",
     "compiled_variants",
     "draw_seed",
     "dropout_keep_mask",
@@ -149,6 +153,21 @@ def format_tiles(tiles: Tiles) -> str:
         return ",".join(str(x) for x in b)
 
     return f"fwd={blocks(tiles.forward)};dkdv={blocks(tiles.dkdv)};dq={blocks(tiles.dq)}"
+
+
+BACKWARDS = ("split", "serial")
+
+
+def backward_variant() -> str:
+    """The backward kernels, from ``RPR_MT_TRITON_BACKWARD`` (default "split"): "split" is a dK/dV kernel per key
+    block and a dQ kernel per query block, each recomputing the tiles (B H (Lk / BN + Lq / BM) programs); "serial" is
+    one program per (batch, head) that computes every tile once (``_shaw_bwd_serial``: fewer programs, no second
+    recomputation, one launch less). Which is faster depends on the GPU and the shapes: measured by
+    ``benchmarks/bench_gpu_train.py --schemes relative-triton relative-triton-serial``."""
+    name = os.environ.get("RPR_MT_TRITON_BACKWARD", "") or "split"
+    if name not in BACKWARDS:
+        raise TilesError(f"RPR_MT_TRITON_BACKWARD: {name!r} is not one of {', '.join(BACKWARDS)}")
+    return name
 
 
 # Interpreter runs use the smallest legal tiles, so that tiny test shapes still span several tiles of each kind.
@@ -621,6 +640,139 @@ if triton is not None:
         tl.store(DQ + pid_bh.to(tl.int64) * Lq * D + rm[:, None] * D + rd[None, :],
                  (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
 
+    @_jit_kernel
+    def _shaw_bwd_serial(
+        Q, K, V, DO, QA, G, LSE, DELTA, AK, FOLD, Bias, Mask, Keep, Dead, DK, DV, DQ, DQACC, FDS, EDGES, DBIAS, DAK,
+        DAV,
+        sq_b, sq_h, sq_m, sq_d, sk_b, sk_h, sk_n, sk_d, sv_b, sv_h, sv_n, sv_d, sg_b, sg_h, sg_m, sg_d,
+        sa_h, sa_r, sa_d, sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
+        sd_b, sd_h, sd_m, sd_n, swk_h, swv_h,
+        H, Lq, Lk, D, offset, clip, S, drop_p, seed,
+        HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+        HAS_DEAD: tl.constexpr, ROWS: tl.constexpr, DROPOUT: tl.constexpr,
+        BIAS_GRAD: tl.constexpr, ROW_BC: tl.constexpr, COL_BC: tl.constexpr, GRAD_K: tl.constexpr, GRAD_V: tl.constexpr,
+        BM: tl.constexpr, BN: tl.constexpr, BD: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr,
+        TDT: tl.constexpr, TPREC: tl.constexpr,
+    ):
+        """The whole backward pass of one (batch, head) after the preprocess kernel, in one program: dK and dV of each
+        key block, and in the same tiles dS k and fold(dS) for dQ, added into float32 buffers (DQACC, FDS and EDGES
+        for fold(dS)'s two end buckets) that only this program touches, so no atomics and no second recomputation of
+        the tiles; then, per query block, dQ with fold(dS) w^K, and the tables' gradients summed over the whole
+        sequence before one atomic add per (batch, head). Arguments as ``_shaw_bwd_dkdv`` and ``_shaw_bwd_dq``.
+
+        The first key block stores into the buffers, the later ones add (no zero-fill). A barrier follows every
+        read-modify-write of a buffer: the next step's threads may own other elements of it."""
+        pid_bh = tl.program_id(0)
+        b = (pid_bh // H).to(tl.int64)
+        h = (pid_bh % H).to(tl.int64)
+        rd = tl.arange(0, BD)
+        rb = tl.arange(0, NB)
+        d_ok = rd < D
+        Q += b * sq_b + h * sq_h
+        K += b * sk_b + h * sk_h
+        V += b * sv_b + h * sv_h
+        DO += b * sg_b + h * sg_h
+        QA += pid_bh.to(tl.int64) * Lq * NB
+        G += pid_bh.to(tl.int64) * Lq * NB
+        LSE += pid_bh.to(tl.int64) * Lq
+        DELTA += pid_bh.to(tl.int64) * Lq
+        DQACC += pid_bh.to(tl.int64) * Lq * D
+        FDS += pid_bh.to(tl.int64) * Lq * NB
+        EDGES += pid_bh.to(tl.int64) * Lq * 2
+        DBIAS += b * sd_b + h * sd_h
+        for n0 in range(0, Lk, BN):
+            rn = n0 + tl.arange(0, BN)
+            col_ok = rn < Lk
+            kv_mask = col_ok[:, None] & d_ok[None, :]
+            k = tl.load(K + rn[:, None] * sk_n + rd[None, :] * sk_d, mask=kv_mask, other=0.0)
+            v = tl.load(V + rn[:, None] * sv_n + rd[None, :] * sv_d, mask=kv_mask, other=0.0)
+            dk = tl.zeros([BN, BD], ACC)
+            dv = tl.zeros([BN, BD], ACC)
+            for m0 in range(0, Lq, BM):
+                rm = m0 + tl.arange(0, BM)
+                row_ok = rm < Lq
+                kind = _tile_kind(m0, n0, offset, clip, BM, BN)
+                q_mask = row_ok[:, None] & d_ok[None, :]
+                q = tl.load(Q + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
+                do = tl.load(DO + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
+                do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
+                lse = tl.load(LSE + rm, mask=row_ok, other=0.0)
+                delta = tl.load(DELTA + rm, mask=row_ok, other=0.0)
+                pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
+                                      b, h, pid_bh, Lk, offset, clip, S, drop_p, seed,
+                                      sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
+                                      HAS_K, HAS_V, HAS_BIAS, HAS_MASK, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
+                dv += tl.dot(tl.trans(pd.to(do.dtype)), do, input_precision=PREC).to(ACC)
+                dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC).to(ACC)
+                dq = tl.dot(ds.to(k.dtype), k, input_precision=PREC).to(ACC)
+                dq_ptrs = DQACC + rm[:, None] * D + rd[None, :]
+                if n0 > 0:
+                    dq += tl.load(dq_ptrs, mask=q_mask, other=0.0)
+                tl.store(dq_ptrs, dq, mask=q_mask)
+                if HAS_K:
+                    fds_rows = FDS + rm * NB
+                    if n0 == 0:  # interior buckets never stored (keys beyond Lk) must read as 0
+                        tl.store(fds_rows[:, None] + rb[None, :], tl.zeros([BM, NB], ACC), mask=row_ok[:, None])
+                        tl.debug_barrier()
+                    low, high = _fold_tile(ds, ds, fds_rows, row_ok, col_ok, rm, rn, kind, offset, clip)
+                    if n0 > 0:
+                        low += tl.load(EDGES + rm * 2, mask=row_ok, other=0.0)
+                        high += tl.load(EDGES + rm * 2 + 1, mask=row_ok, other=0.0)
+                    tl.store(EDGES + rm * 2, low, mask=row_ok)
+                    tl.store(EDGES + rm * 2 + 1, high, mask=row_ok)
+                if BIAS_GRAD == 1:
+                    tl.store(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds,
+                             mask=row_ok[:, None] & col_ok[None, :])
+                elif BIAS_GRAD == 2:
+                    ds_ok = tl.where(row_ok[:, None] & col_ok[None, :], ds, 0.0)
+                    if ROW_BC and COL_BC:
+                        tl.atomic_add(DBIAS, tl.sum(tl.sum(ds_ok, 1), 0))
+                    elif ROW_BC:
+                        tl.atomic_add(DBIAS + rn * sd_n, tl.sum(ds_ok, 0), mask=col_ok)
+                    elif COL_BC:
+                        tl.atomic_add(DBIAS + rm * sd_m, tl.sum(ds_ok, 1), mask=row_ok)
+                    else:
+                        tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
+                                      mask=row_ok[:, None] & col_ok[None, :])
+                tl.debug_barrier()  # the buffers' rows are read back, maybe by other threads, at the next key block
+            out = rn[:, None] * D + rd[None, :]  # DK, DV: contiguous [B, H, Lk, D]
+            tl.store(DK + pid_bh.to(tl.int64) * Lk * D + out, (dk * tl.load(S + 2)).to(DK.dtype.element_ty),
+                     mask=kv_mask)
+            tl.store(DV + pid_bh.to(tl.int64) * Lk * D + out, dv.to(DV.dtype.element_ty), mask=kv_mask)
+
+        scale = tl.load(S + 2)
+        table_mask = (rb[:, None] <= 2 * clip) & d_ok[None, :]
+        grad_k = tl.zeros([NB, BD], ACC)
+        grad_v = tl.zeros([NB, BD], ACC)
+        for m0 in range(0, Lq, BM):
+            rm = m0 + tl.arange(0, BM)
+            row_ok = rm < Lq
+            q_mask = row_ok[:, None] & d_ok[None, :]
+            dq = tl.load(DQACC + rm[:, None] * D + rd[None, :], mask=q_mask, other=0.0)
+            if HAS_K:
+                fds = tl.load(FDS + rm[:, None] * NB + rb[None, :], mask=row_ok[:, None], other=0.0)
+                low = tl.load(EDGES + rm * 2, mask=row_ok, other=0.0)
+                high = tl.load(EDGES + rm * 2 + 1, mask=row_ok, other=0.0)
+                fds = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], fds))
+                table = tl.load(AK + h * sa_h + rb[:, None] * sa_r + rd[None, :] * sa_d, mask=table_mask, other=0.0)
+                dq += tl.dot(fds.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
+                if GRAD_K:
+                    q = tl.load(Q + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
+                    grad_k += tl.dot(tl.trans(fds.to(TDT)), q.to(TDT), input_precision=TPREC).to(ACC)
+            if HAS_V and GRAD_V:
+                fold = tl.load(FOLD + pid_bh.to(tl.int64) * Lq * NB + rm[:, None] * NB + rb[None, :],
+                               mask=row_ok[:, None], other=0.0)
+                do = tl.load(DO + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
+                do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
+                grad_v += tl.dot(tl.trans(fold.to(TDT)), do.to(TDT), input_precision=TPREC).to(ACC)
+            tl.store(DQ + pid_bh.to(tl.int64) * Lq * D + rm[:, None] * D + rd[None, :],
+                     (dq * scale).to(DQ.dtype.element_ty), mask=q_mask)
+        grads = rb[:, None] * D + rd[None, :]
+        if HAS_K and GRAD_K:
+            tl.atomic_add(DAK + h * swk_h + grads, grad_k * scale, mask=table_mask)
+        if HAS_V and GRAD_V:
+            tl.atomic_add(DAV + h * swv_h + grads, grad_v, mask=table_mask)
+
     @triton.jit
     def _keep_mask_kernel(OUT, H, Lq, Lk, drop_p, seed, BM: tl.constexpr, BN: tl.constexpr):
         """The keep mask the attention kernels draw with this seed, written out (tests, debugging)."""
@@ -843,6 +995,7 @@ class TritonShawAttention(torch.autograd.Function):
                       PREC=constants["PREC"])
         blocks = tiles.dq
         launch = dict(BM=blocks.m, num_warps=blocks.warps, num_stages=blocks.stages)
+        serial = backward_variant() == "serial"
         _launch(_shaw_bwd_pre, (triton.cdiv(q_len, blocks.m) * batch * heads,))(
             out, grad_out, dummy if rel_v is None else rel_v, dead_, delta, g_,
             *out.stride(), *grad_out.stride(), *_table_strides(rel_v), *dead_strides, heads, q_len, dim, clip,
@@ -853,6 +1006,22 @@ class TritonShawAttention(torch.autograd.Function):
         kv_blocks = tiles.dkdv
         masks = (*_strides4(bias), *_strides4(mask_u8), *_strides4(keep_u8), *dead_strides)
         scalars_ = (heads, q_len, k_len, dim, offset, clip, scalars, float(dropout_p), seed or 0)
+        table_heads = tuple(0 if g is None or g.shape[0] == 1 else g.stride(0) for g in (grad_rel_k, grad_rel_v))
+        grad_flags = dict(BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
+                          GRAD_V=grad_rel_v is not None, TDT=constants["TDT"], TPREC=constants["TPREC"])
+        if serial:  # dQ in float32 (added over key blocks), fold(dS)'s end buckets beside its interior
+            dq_acc = empty(batch, heads, q_len, dim)
+            edges = dummy if rel_k is None else empty(batch, heads, q_len, 2)
+            _launch(_shaw_bwd_serial, (batch * heads,))(
+                q, k, v, grad_out, qa_, g_, lse, delta, dummy if rel_k is None else rel_k,
+                dummy if folded is None else folded, bias_, mask_, keep_, dead_, grad_k, grad_v, grad_q, dq_acc,
+                dummy if fds is None else fds, edges, dummy if grad_bias is None else grad_bias,
+                *(dummy if t is None else t for t in (grad_rel_k, grad_rel_v)),
+                *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *masks,
+                *_strides4(grad_bias), *table_heads, *scalars_, **common, **grad_flags,
+                BM=kv_blocks.m, BN=kv_blocks.n, num_warps=kv_blocks.warps, num_stages=kv_blocks.stages,
+            )
+            return _backward_result(grad_q, grad_k, grad_v, grad_rel_k, grad_rel_v, grad_bias, rel_k, rel_v, bias)
         _launch(_shaw_bwd_dkdv, (triton.cdiv(k_len, kv_blocks.n) * batch * heads,))(
             q, k, v, grad_out, qa_, g_, lse, delta, bias_, mask_, keep_, dead_, grad_k, grad_v,
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *masks, *scalars_, **common,
@@ -863,17 +1032,17 @@ class TritonShawAttention(torch.autograd.Function):
             dummy if folded is None else folded, bias_, mask_, keep_, dead_, grad_q, dummy if fds is None else fds,
             dummy if grad_bias is None else grad_bias, *(dummy if t is None else t for t in (grad_rel_k, grad_rel_v)),
             *q.stride(), *k.stride(), *v.stride(), *grad_out.stride(), *_table_strides(rel_k), *masks,
-            *_strides4(grad_bias),
-            *(0 if g is None or g.shape[0] == 1 else g.stride(0) for g in (grad_rel_k, grad_rel_v)),
-            *scalars_,
-            BIAS_GRAD=bias_grad, ROW_BC=row_bc, COL_BC=col_bc, GRAD_K=grad_rel_k is not None,
-            GRAD_V=grad_rel_v is not None, TDT=constants["TDT"], TPREC=constants["TPREC"], **common, BN=blocks.n,
-            **launch,
+            *_strides4(grad_bias), *table_heads, *scalars_, **common, **grad_flags, BN=blocks.n, **launch,
         )
-        if grad_bias is not None:
-            grad_bias = grad_bias.to(bias.dtype)
-        return (grad_q, grad_k, grad_v, _table_grad(grad_rel_k, rel_k), _table_grad(grad_rel_v, rel_v),
-                grad_bias) + (None,) * 8
+        return _backward_result(grad_q, grad_k, grad_v, grad_rel_k, grad_rel_v, grad_bias, rel_k, rel_v, bias)
+
+
+def _backward_result(grad_q, grad_k, grad_v, grad_rel_k, grad_rel_v, grad_bias, rel_k, rel_v, bias) -> tuple:
+    """``TritonShawAttention.backward``'s return value: the gradients in their inputs' dtypes, None for the rest."""
+    if grad_bias is not None:
+        grad_bias = grad_bias.to(bias.dtype)
+    return (grad_q, grad_k, grad_v, _table_grad(grad_rel_k, rel_k), _table_grad(grad_rel_v, rel_v),
+            grad_bias) + (None,) * 8
 
 
 def triton_relative_attention(
@@ -913,13 +1082,13 @@ def triton_relative_attention(
 
 
 def compiled_variants() -> int | None:
-    """How many variants of the four attention kernels this process has compiled (one per combination of
+    """How many variants of the attention kernels this process has compiled (one per combination of
     constexprs and specializations met, over all devices); None in the interpreter, without Triton, or where this
     Triton keeps its caches differently. Benchmarks use it to see compilations inside a timed region."""
     if triton is None or interpreting():
         return None
     total = 0
-    for kernel in (_shaw_fwd, _shaw_bwd_pre, _shaw_bwd_dkdv, _shaw_bwd_dq):
+    for kernel in (_shaw_fwd, _shaw_bwd_pre, _shaw_bwd_dkdv, _shaw_bwd_dq, _shaw_bwd_serial):
         caches = getattr(kernel, "device_caches", None)
         if not isinstance(caches, dict):
             return None
@@ -945,7 +1114,8 @@ def dropout_keep_mask(seed: int, shape: tuple[int, int, int, int], p: float, dev
 # Ahead-of-time compilation (no GPU needed): does every kernel lower to a cubin for a given GPU?
 # ----------------------------------------------------------------------------------------------------------------------
 
-_BUCKET_POINTERS = {"QA", "G", "LSE", "DELTA", "FOLD", "FDS", "DBIAS", "DAK", "DAV", "S"}  # accumulators
+# float32 buffers: accumulators, bucket products, folds
+_BUCKET_POINTERS = {"QA", "G", "LSE", "DELTA", "FOLD", "FDS", "DQACC", "EDGES", "DBIAS", "DAK", "DAV", "S"}
 _BYTE_POINTERS = {"Mask", "Keep", "Dead"}
 
 
@@ -953,13 +1123,12 @@ def compile_for(
     arch: int = 90, dtype: str = "bf16", blocks: Blocks | None = None, dim: int = 64, clip: int = 16,
     table_dtype: str = "fp32", **flags
 ) -> dict[str, dict]:
-    """Compile the four attention kernels for CUDA compute capability ``arch`` (90: H100) without a GPU, as
-    ``triton.compile`` does it at the first launch, and return per kernel the size of its cubin and, where the
-    bundled ``cuobjdump`` can read it, registers per thread and stack (spill) bytes; ``shared`` is the dynamic shared
-    memory in bytes. ``table_dtype``: the tables' (float32: the model's parameters, read as they are under
-    autocast). ``flags`` set the constexpr options (HAS_K, HAS_V,
-    HAS_BIAS, HAS_MASK, DROPOUT, BIAS_GRAD, ...; default: K+V, a mask, seeded dropout). Needs Triton without the
-    interpreter (TRITON_INTERPRET unset)."""
+    """Compile the attention kernels (both backward variants) for CUDA compute capability ``arch`` (90: H100)
+    without a GPU, as ``triton.compile`` does it at the first launch, and return per kernel the size of its cubin
+    and, where the bundled ``cuobjdump`` can read it, registers per thread and stack (spill) bytes; ``shared`` is the
+    dynamic shared memory in bytes. ``table_dtype``: the tables' (float32: the model's parameters, read as they are
+    under autocast). ``flags`` set the constexpr options (HAS_K, HAS_V, HAS_BIAS, HAS_MASK, DROPOUT, BIAS_GRAD, ...;
+    default: K+V, a mask, seeded dropout). Needs Triton without the interpreter (TRITON_INTERPRET unset)."""
     import re
     import subprocess
     from pathlib import Path
@@ -977,7 +1146,7 @@ def compile_for(
     constants.update(flags)
     cuobjdump = Path(triton.__file__).parent / "backends" / "nvidia" / "bin" / "cuobjdump"
     report = {}
-    for kernel in (_shaw_fwd, _shaw_bwd_pre, _shaw_bwd_dkdv, _shaw_bwd_dq):
+    for kernel in (_shaw_fwd, _shaw_bwd_pre, _shaw_bwd_dkdv, _shaw_bwd_dq, _shaw_bwd_serial):
         signature, constexprs, attrs = {}, {}, {}
         for index, name in enumerate(kernel.arg_names):
             if kernel.params[index].is_constexpr:

@@ -86,6 +86,14 @@ def test_float32_and_bfloat16_match_the_float64_reference(case):
     assert kernel <= max(2e-2, 1.5 * torch_path), (kernel, torch_path)
 
 
+@pytest.mark.parametrize("case", CASES, ids=[c[0] for c in CASES])
+def test_the_serial_backward_matches_the_float64_reference(case, monkeypatch):
+    """RPR_MT_TRITON_BACKWARD=serial (one program per (batch, head), buffers added over key blocks, barriers between
+    their reads and writes): what the interpreter cannot check is that the barriers order the buffers on a GPU."""
+    monkeypatch.setenv("RPR_MT_TRITON_BACKWARD", "serial")
+    test_float32_and_bfloat16_match_the_float64_reference(case)
+
+
 def test_seeded_dropout_on_the_gpu_replays_exactly():
     triton_shaw = triton_ready()
     inputs = make_inputs(2, 4, 90, 90, 64, 16, True, True, True, seed=4)

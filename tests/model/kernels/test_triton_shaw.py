@@ -290,10 +290,65 @@ def test_tiles_parse_from_their_printed_form(monkeypatch):
     assert triton_shaw.as_tiles(None) == triton_shaw.Tiles()
 
 
+# RPR_MT_TRITON_BACKWARD=serial: one program per (batch, head) for the whole backward pass (_shaw_bwd_serial)
+def serial(monkeypatch):
+    monkeypatch.setenv("RPR_MT_TRITON_BACKWARD", "serial")
+
+
+@pytest.mark.parametrize("case", list(CASES), ids=list(CASES))
+def test_serial_backward_matches_reference(case, monkeypatch):
+    serial(monkeypatch)
+    test_matches_reference(case)
+
+
+@pytest.mark.parametrize("shape", list(BIAS_SHAPES), ids=list(BIAS_SHAPES))
+def test_serial_backward_bias_matches_reference(shape, monkeypatch):
+    serial(monkeypatch)
+    test_bias_matches_reference(shape)
+
+
+@pytest.mark.parametrize("blocks", [(32, 16), (16, 32)], ids=["BM32-BN16", "BM16-BN32"])
+def test_serial_backward_rectangular_tiles(blocks, monkeypatch):
+    """Several key blocks add into the float32 buffers of dQ and fold(dS) (BN 16 of 23 keys: two), BM != BN."""
+    serial(monkeypatch)
+    test_rectangular_tiles(blocks)
+
+
+def test_serial_backward_dropout_shared_table_and_frozen_tables(monkeypatch):
+    serial(monkeypatch)
+    test_seeded_dropout_matches_reference_with_the_replayed_mask()
+    test_explicit_keep_mask_matches_reference()
+    test_one_table_shared_and_the_other_per_head("key")
+    test_frozen_tables()
+
+
+def test_the_backward_variant_is_the_one_asked_for(monkeypatch):
+    """Each variant launches its own kernels (the tests above would pass on the split kernels too if the setting
+    were ignored), and a bad value is one clear error."""
+    launched = []
+    launch = triton_shaw._launch
+
+    def spy(kernel, grid):
+        launched.append(getattr(kernel, "__name__", None) or kernel.fn.__name__)
+        return launch(kernel, grid)
+
+    monkeypatch.setattr(triton_shaw, "_launch", spy)
+    inputs = to_run(make_inputs(1, 2, 18, 18, 4, 2, True, True, True, seed=2))
+    for variant, kernels in [("split", ["_shaw_fwd", "_shaw_bwd_pre", "_shaw_bwd_dkdv", "_shaw_bwd_dq"]),
+                             ("serial", ["_shaw_fwd", "_shaw_bwd_pre", "_shaw_bwd_serial"])]:
+        monkeypatch.setenv("RPR_MT_TRITON_BACKWARD", variant)
+        launched.clear()
+        relative_attention(*inputs, clip=2, impl="triton").sum().backward()
+        assert launched == kernels, variant
+    monkeypatch.setenv("RPR_MT_TRITON_BACKWARD", "fused")
+    with pytest.raises(triton_shaw.TilesError, match="RPR_MT_TRITON_BACKWARD: 'fused' is not one of split, serial"):
+        triton_shaw.backward_variant()
+
+
 UNSPECIALIZED_REPORT = """
 import json
 from rpr_mt.model.kernels import triton_shaw as t
-kernels = (t._shaw_fwd, t._shaw_bwd_pre, t._shaw_bwd_dkdv, t._shaw_bwd_dq)
+kernels = (t._shaw_fwd, t._shaw_bwd_pre, t._shaw_bwd_dkdv, t._shaw_bwd_dq, t._shaw_bwd_serial)
 print(json.dumps({k.fn.__name__: {p.name: bool(p.do_not_specialize) for p in k.params if not p.is_constexpr}
                   for k in kernels}))
 """
