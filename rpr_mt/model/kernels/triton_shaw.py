@@ -498,6 +498,50 @@ if triton is not None:
         ds = p * (dp - delta[:, None])
         return pd, ds
 
+    @triton.jit
+    def _query_tile(Q, DO, LSE, DELTA, QA, G, Bias, Mask, Keep, Dead, k, v, m0, n0, rn, col_ok, rd, d_ok, b, h, pid_bh,
+                    Lq, Lk, offset, clip, S, drop_p, seed, sq_m, sq_d, sg_m, sg_d,
+                    sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
+                    HAS_K: tl.constexpr, HAS_V: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr,
+                    HAS_DEAD: tl.constexpr, ROWS: tl.constexpr, DROPOUT: tl.constexpr, BM: tl.constexpr,
+                    BN: tl.constexpr, NB: tl.constexpr, ACC: tl.constexpr, PREC: tl.constexpr):
+        """The query block m0.. against a key block's k, v (Q, DO, LSE, DELTA, QA, G already at this (batch, head)):
+        its rows, q and dO (zero on dead rows), and the tile's (dropped P, dS) of ``_grad_logits``."""
+        rm = m0 + tl.arange(0, BM)
+        row_ok = rm < Lq
+        kind = _tile_kind(m0, n0, offset, clip, BM, BN)
+        q_mask = row_ok[:, None] & d_ok[None, :]
+        q = tl.load(Q + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
+        do = tl.load(DO + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
+        do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
+        lse = tl.load(LSE + rm, mask=row_ok, other=0.0)
+        delta = tl.load(DELTA + rm, mask=row_ok, other=0.0)
+        pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
+                              b, h, pid_bh, Lk, offset, clip, S, drop_p, seed,
+                              sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
+                              HAS_K, HAS_V, HAS_BIAS, HAS_MASK, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
+        return rm, row_ok, kind, q_mask, q, do, pd, ds
+
+    @triton.jit
+    def _add_bias_grad(DBIAS, ds, rm, rn, row_ok, col_ok, sd_m, sd_n, BIAS_GRAD: tl.constexpr, ROW_BC: tl.constexpr,
+                       COL_BC: tl.constexpr):
+        """A tile's share of the bias gradient (DBIAS at this (batch, head)): BIAS_GRAD 1 stores dS (a bias of full
+        shape: each element is one tile's), 2 adds it atomically into a bias broadcast over some dims (ROW_BC: over
+        queries, COL_BC: over keys; those are summed in the tile first)."""
+        if BIAS_GRAD == 1:
+            tl.store(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds, mask=row_ok[:, None] & col_ok[None, :])
+        elif BIAS_GRAD == 2:
+            ds_ok = tl.where(row_ok[:, None] & col_ok[None, :], ds, 0.0)
+            if ROW_BC and COL_BC:
+                tl.atomic_add(DBIAS, tl.sum(tl.sum(ds_ok, 1), 0))
+            elif ROW_BC:
+                tl.atomic_add(DBIAS + rn * sd_n, tl.sum(ds_ok, 0), mask=col_ok)
+            elif COL_BC:
+                tl.atomic_add(DBIAS + rm * sd_m, tl.sum(ds_ok, 1), mask=row_ok)
+            else:
+                tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
+                              mask=row_ok[:, None] & col_ok[None, :])
+
     @_jit_kernel
     def _shaw_bwd_dkdv(
         Q, K, V, DO, QA, G, LSE, DELTA, Bias, Mask, Keep, Dead, DK, DV,
@@ -527,19 +571,11 @@ if triton is not None:
         dk = tl.zeros([BN, BD], ACC)
         dv = tl.zeros([BN, BD], ACC)
         for m0 in range(0, Lq, BM):
-            rm = m0 + tl.arange(0, BM)
-            row_ok = rm < Lq
-            kind = _tile_kind(m0, n0, offset, clip, BM, BN)
-            q_mask = row_ok[:, None] & d_ok[None, :]
-            q = tl.load(Q + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
-            do = tl.load(DO + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
-            do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
-            lse = tl.load(LSE + rm, mask=row_ok, other=0.0)
-            delta = tl.load(DELTA + rm, mask=row_ok, other=0.0)
-            pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
-                                  b, h, pid_bh, Lk, offset, clip, S, drop_p, seed,
-                                  sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
-                                  HAS_K, HAS_V, HAS_BIAS, HAS_MASK, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
+            rm, row_ok, kind, q_mask, q, do, pd, ds = _query_tile(
+                Q, DO, LSE, DELTA, QA, G, Bias, Mask, Keep, Dead, k, v, m0, n0, rn, col_ok, rd, d_ok, b, h, pid_bh,
+                Lq, Lk, offset, clip, S, drop_p, seed, sq_m, sq_d, sg_m, sg_d,
+                sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
+                HAS_K, HAS_V, HAS_BIAS, HAS_MASK, HAS_DEAD, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
             dv += tl.dot(tl.trans(pd.to(do.dtype)), do, input_precision=PREC).to(ACC)
             dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC).to(ACC)
         out = rn[:, None] * D + rd[None, :]  # DK, DV: contiguous [B, H, Lk, D]
@@ -608,19 +644,7 @@ if triton is not None:
                 low_t, high_t = _fold_tile(ds, ds, fds_rows, row_ok, col_ok, rm, rn, kind, offset, clip)
                 low += low_t
                 high += high_t
-            if BIAS_GRAD == 1:
-                tl.store(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds, mask=row_ok[:, None] & col_ok[None, :])
-            elif BIAS_GRAD == 2:
-                ds_ok = tl.where(row_ok[:, None] & col_ok[None, :], ds, 0.0)
-                if ROW_BC and COL_BC:
-                    tl.atomic_add(DBIAS, tl.sum(tl.sum(ds_ok, 1), 0))
-                elif ROW_BC:
-                    tl.atomic_add(DBIAS + rn * sd_n, tl.sum(ds_ok, 0), mask=col_ok)
-                elif COL_BC:
-                    tl.atomic_add(DBIAS + rm * sd_m, tl.sum(ds_ok, 1), mask=row_ok)
-                else:
-                    tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
-                                  mask=row_ok[:, None] & col_ok[None, :])
+            _add_bias_grad(DBIAS, ds, rm, rn, row_ok, col_ok, sd_m, sd_n, BIAS_GRAD, ROW_BC, COL_BC)
         scale = tl.load(S + 2)
         grads = rb[:, None] * D + rd[None, :]  # offsets into a head's [2k+1, D] rows of DAK, DAV
         if HAS_K:
@@ -689,19 +713,11 @@ if triton is not None:
             dk = tl.zeros([BN, BD], ACC)
             dv = tl.zeros([BN, BD], ACC)
             for m0 in range(0, Lq, BM):
-                rm = m0 + tl.arange(0, BM)
-                row_ok = rm < Lq
-                kind = _tile_kind(m0, n0, offset, clip, BM, BN)
-                q_mask = row_ok[:, None] & d_ok[None, :]
-                q = tl.load(Q + rm[:, None] * sq_m + rd[None, :] * sq_d, mask=q_mask, other=0.0)
-                do = tl.load(DO + rm[:, None] * sg_m + rd[None, :] * sg_d, mask=q_mask, other=0.0)
-                do = tl.where(_live(Dead, b, h, rm, row_ok, sx_b, sx_h, sx_m, HAS_DEAD)[:, None], do, 0.0)
-                lse = tl.load(LSE + rm, mask=row_ok, other=0.0)
-                delta = tl.load(DELTA + rm, mask=row_ok, other=0.0)
-                pd, ds = _grad_logits(q, k, v, do, lse, delta, QA, G, Bias, Mask, Keep, row_ok, col_ok, rm, rn, kind,
-                                      b, h, pid_bh, Lk, offset, clip, S, drop_p, seed,
-                                      sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n,
-                                      HAS_K, HAS_V, HAS_BIAS, HAS_MASK, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
+                rm, row_ok, kind, q_mask, q, do, pd, ds = _query_tile(
+                    Q, DO, LSE, DELTA, QA, G, Bias, Mask, Keep, Dead, k, v, m0, n0, rn, col_ok, rd, d_ok, b, h,
+                    pid_bh, Lq, Lk, offset, clip, S, drop_p, seed, sq_m, sq_d, sg_m, sg_d,
+                    sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n, sp_b, sp_h, sp_m, sp_n, sx_b, sx_h, sx_m,
+                    HAS_K, HAS_V, HAS_BIAS, HAS_MASK, HAS_DEAD, ROWS, DROPOUT, BM, BN, NB, ACC, PREC)
                 dv += tl.dot(tl.trans(pd.to(do.dtype)), do, input_precision=PREC).to(ACC)
                 dk += tl.dot(tl.trans(ds.to(q.dtype)), q, input_precision=PREC).to(ACC)
                 dq = tl.dot(ds.to(k.dtype), k, input_precision=PREC).to(ACC)
@@ -720,20 +736,7 @@ if triton is not None:
                         high += tl.load(EDGES + rm * 2 + 1, mask=row_ok, other=0.0)
                     tl.store(EDGES + rm * 2, low, mask=row_ok)
                     tl.store(EDGES + rm * 2 + 1, high, mask=row_ok)
-                if BIAS_GRAD == 1:
-                    tl.store(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds,
-                             mask=row_ok[:, None] & col_ok[None, :])
-                elif BIAS_GRAD == 2:
-                    ds_ok = tl.where(row_ok[:, None] & col_ok[None, :], ds, 0.0)
-                    if ROW_BC and COL_BC:
-                        tl.atomic_add(DBIAS, tl.sum(tl.sum(ds_ok, 1), 0))
-                    elif ROW_BC:
-                        tl.atomic_add(DBIAS + rn * sd_n, tl.sum(ds_ok, 0), mask=col_ok)
-                    elif COL_BC:
-                        tl.atomic_add(DBIAS + rm * sd_m, tl.sum(ds_ok, 1), mask=row_ok)
-                    else:
-                        tl.atomic_add(DBIAS + rm[:, None] * sd_m + rn[None, :] * sd_n, ds_ok,
-                                      mask=row_ok[:, None] & col_ok[None, :])
+                _add_bias_grad(DBIAS, ds, rm, rn, row_ok, col_ok, sd_m, sd_n, BIAS_GRAD, ROW_BC, COL_BC)
                 tl.debug_barrier()  # the buffers' rows are read back, maybe by other threads, at the next key block
             out = rn[:, None] * D + rd[None, :]  # DK, DV: contiguous [B, H, Lk, D]
             tl.store(DK + pid_bh.to(tl.int64) * Lk * D + out, (dk * tl.load(S + 2)).to(DK.dtype.element_ty),
