@@ -933,6 +933,8 @@ class TritonShawAttention(torch.autograd.Function):
             raise ValueError("dropout needs a seed or a keep mask")
         acc = _acc_dtype(q.dtype)
         tiles = as_tiles(blocks)
+        if any(ctx.needs_input_grad):
+            backward_variant()  # a bad RPR_MT_TRITON_BACKWARD stops the first forward pass, not its backward
         blocks = tiles.forward
         nb = _next_pow2(2 * clip + 1)
         mask_u8 = None if mask is None else mask.view(torch.uint8)
