@@ -684,8 +684,9 @@ if triton is not None:
         the tiles; then, per query block, dQ with fold(dS) w^K, and the tables' gradients summed over the whole
         sequence before one atomic add per (batch, head). Arguments as ``_shaw_bwd_dkdv`` and ``_shaw_bwd_dq``.
 
-        The first key block stores into the buffers, the later ones add (no zero-fill). A barrier follows every
-        read-modify-write of a buffer: the next step's threads may own other elements of it."""
+        The first key block stores into the buffers, the later ones add (no zero-fill). The query blocks of one key
+        block touch disjoint rows; a barrier after each key block orders its writes before the next one's reads,
+        which other threads may make."""
         pid_bh = tl.program_id(0)
         b = (pid_bh // H).to(tl.int64)
         h = (pid_bh % H).to(tl.int64)
@@ -737,7 +738,9 @@ if triton is not None:
                     tl.store(EDGES + rm * 2, low, mask=row_ok)
                     tl.store(EDGES + rm * 2 + 1, high, mask=row_ok)
                 _add_bias_grad(DBIAS, ds, rm, rn, row_ok, col_ok, sd_m, sd_n, BIAS_GRAD, ROW_BC, COL_BC)
-                tl.debug_barrier()  # the buffers' rows are read back, maybe by other threads, at the next key block
+            # the steps above touch disjoint rows; the next key block (or the epilogue) reads them back, maybe in
+            # other threads
+            tl.debug_barrier()
             out = rn[:, None] * D + rd[None, :]  # DK, DV: contiguous [B, H, Lk, D]
             tl.store(DK + pid_bh.to(tl.int64) * Lk * D + out, (dk * tl.load(S + 2)).to(DK.dtype.element_ty),
                      mask=kv_mask)
@@ -751,11 +754,12 @@ if triton is not None:
             rm = m0 + tl.arange(0, BM)
             row_ok = rm < Lq
             q_mask = row_ok[:, None] & d_ok[None, :]
-            dq = tl.load(DQACC + rm[:, None] * D + rd[None, :], mask=q_mask, other=0.0)
-            if HAS_K:
-                fds = tl.load(FDS + rm[:, None] * NB + rb[None, :], mask=row_ok[:, None], other=0.0)
-                low = tl.load(EDGES + rm * 2, mask=row_ok, other=0.0)
-                high = tl.load(EDGES + rm * 2 + 1, mask=row_ok, other=0.0)
+            dq = tl.load(DQACC + rm[:, None] * D + rd[None, :], mask=q_mask, other=0.0, cache_modifier=".cg")
+            if HAS_K:  # (.cg, as the split kernels read their scratch back: written by this program's threads)
+                fds = tl.load(FDS + rm[:, None] * NB + rb[None, :], mask=row_ok[:, None], other=0.0,
+                              cache_modifier=".cg")
+                low = tl.load(EDGES + rm * 2, mask=row_ok, other=0.0, cache_modifier=".cg")
+                high = tl.load(EDGES + rm * 2 + 1, mask=row_ok, other=0.0, cache_modifier=".cg")
                 fds = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], fds))
                 table = tl.load(AK + h * sa_h + rb[:, None] * sa_r + rd[None, :] * sa_d, mask=table_mask, other=0.0)
                 dq += tl.dot(fds.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)

@@ -61,6 +61,7 @@ CASES = [
     ("decoder-causal+padding-shared-KV", 2, 4, 130, 8, 0, "causal+padding", False, True, True, False),
     ("cached-offset-K-only-bias", 2, 4, 37, 16, 60, "causal", True, True, False, True),
     ("V-only-dead-row", 2, 4, 70, 16, 0, "dead", True, False, True, False),
+    ("k0-padding-head-KV", 2, 4, 100, 0, 0, "padding", True, True, True, False),  # buckets 0 and 2k are one
 ]
 
 
@@ -94,7 +95,9 @@ def test_the_serial_backward_matches_the_float64_reference(case, monkeypatch):
     test_float32_and_bfloat16_match_the_float64_reference(case)
 
 
-def test_seeded_dropout_on_the_gpu_replays_exactly():
+@pytest.mark.parametrize("backward", ["split", "serial"])
+def test_seeded_dropout_on_the_gpu_replays_exactly(backward, monkeypatch):
+    monkeypatch.setenv("RPR_MT_TRITON_BACKWARD", backward)
     triton_shaw = triton_ready()
     inputs = make_inputs(2, 4, 90, 90, 64, 16, True, True, True, seed=4)
     mask = make_mask("causal", 2, 4, 90, 90, 0)
