@@ -102,7 +102,7 @@ class Tiles(NamedTuple):
     faster but base-model training slower (docs/benchmarks.md)."""
 
     forward: Blocks = Blocks()
-    dkdv: Blocks = Blocks()  # BN keys per program, BM queries per loop step
+    dkdv: Blocks = Blocks()  # BN keys per program, BM queries per loop step; also the serial backward's tiles
     dq: Blocks = Blocks()  # also the rows of the preprocess kernel
 
 
