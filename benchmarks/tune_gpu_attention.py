@@ -13,6 +13,7 @@ takes no mask tensor). A last line measures that host time alone, per call at a 
 
     python3 benchmarks/tune_gpu_attention.py                          # L = 128, 256, 512; prints RPR_MT_TRITON_TILES
     python3 benchmarks/tune_gpu_attention.py --json tune.json --tiles-out tiles.txt
+    RPR_MT_TRITON_BACKWARD=serial python3 benchmarks/tune_gpu_attention.py   # the serial backward (as dkdv)
     TRITON_INTERPRET=1 python3 benchmarks/tune_gpu_attention.py --device cpu --lengths 32 --tokens 64 \\
         --candidates 16,16,1,1 --repeats 1    # a smoke test of the script on a CPU (no GPU times)
 
@@ -35,7 +36,10 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_
 from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402
 from bench_gpu_attention import make_mask, sdpa_call  # noqa: E402
 
-KERNELS = {"_shaw_fwd": "forward", "_shaw_bwd_pre": "pre", "_shaw_bwd_dkdv": "dkdv", "_shaw_bwd_dq": "dq"}
+# With RPR_MT_TRITON_BACKWARD=serial the backward after the preprocess is one kernel on the dK/dV kernel's tiles: its
+# time is counted as dkdv (and dq is 0), so the tiles chosen for dkdv are the serial kernel's.
+KERNELS = {"_shaw_fwd": "forward", "_shaw_bwd_pre": "pre", "_shaw_bwd_dkdv": "dkdv", "_shaw_bwd_dq": "dq",
+           "_shaw_bwd_serial": "dkdv"}
 PARTS = ["forward", "pre", "dkdv", "dq", "other"]
 CANDIDATES = ["64,64,4,2", "64,64,4,3", "64,32,4,3", "32,64,4,3", "32,32,2,3", "128,64,8,2", "128,64,8,3",
               "64,128,8,2", "32,128,4,2"]
