@@ -13,7 +13,8 @@ ddp 15 s, train 53 s (two repeats; now three, with a replayed warm-up: about 2 m
 3. ddp      torchrun with NCCL: a DistributedDataParallel worker on every GPU (parameters must agree after the
             updates), and with two or more GPUs also ``rpr-mt train`` itself under torchrun on the demo corpus
 4. train    a short WMT-shaped training run of the base models (benchmarks/bench_gpu_train.py) in bf16: absolute,
-            relative on the torch path and relative on the Triton kernels; target tokens/s and peak memory
+            relative on the torch path and relative on the Triton kernels, with the split and the serial backward
+            pass (RPR_MT_TRITON_BACKWARD); target tokens/s and peak memory
 5. bench    the attention benchmark (benchmarks/bench_gpu_attention.py): Triton kernel vs torch path vs SDPA
             flash, forward+backward at L = 64 ... 1024
 
@@ -59,6 +60,8 @@ MEMORY_GOAL = 1.1  # peak memory, relative / absolute
 PAPER_RUNS = {"base": 100_000, "big": 300_000}
 UPDATE_TOKENS = 25_000
 PER_GPU_TOKENS = UPDATE_TOKENS // 8  # one GPU's share of an update on 8 GPUs
+# the training part's rows: both relative-attention paths, and the Triton kernels with the serial backward pass
+TRAIN_SCHEMES = ("absolute", "relative-torch", "relative-triton", "relative-triton-serial")
 
 
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
@@ -255,8 +258,9 @@ def part_trainer(work: Path, multi30k_dir: str | None, multi30k_steps: int, time
 
 def part_train(work: Path, presets: list[str], timeout: int) -> dict:
     out = work / "train.json"
-    code, _, seconds = run_logged([sys.executable, "benchmarks/bench_gpu_train.py", "--presets", *presets, "--json",
-                                   str(out)], work / "train.log", timeout=timeout)
+    code, _, seconds = run_logged([sys.executable, "benchmarks/bench_gpu_train.py", "--presets", *presets,
+                                   "--schemes", *TRAIN_SCHEMES, "--json", str(out)], work / "train.log",
+                                  timeout=timeout)
     result = json.loads(out.read_text()) if out.is_file() else {"rows": []}
     return {"ok": code == 0, "seconds": seconds, **result}
 
@@ -504,7 +508,8 @@ def plan(args: argparse.Namespace, gpus: int) -> list[str]:
         "trainer": "rpr-mt prepare/train/eval-bleu --device cuda: configs/demo.yaml in bf16 and fp16"
                    + (f", configs/multi30k_en_de_lit.yaml for {args.multi30k_steps} updates in bf16"
                       if args.multi30k_dir else ""),
-        "train": f"python benchmarks/bench_gpu_train.py --presets {' '.join(args.presets)} --json WORK/train.json",
+        "train": f"python benchmarks/bench_gpu_train.py --presets {' '.join(args.presets)} "
+                 f"--schemes {' '.join(TRAIN_SCHEMES)} --json WORK/train.json",
         "ddp": f"torchrun --standalone --nproc_per_node {gpus} scripts/gpu_check.py --ddp-worker"
                + ("; rpr-mt prepare + torchrun ... -m rpr_mt.cli train --config configs/demo.yaml"
                   if gpus >= 2 else ""),
