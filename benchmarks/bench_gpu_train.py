@@ -44,6 +44,7 @@ import json
 import statistics
 import sys
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import numpy as np
@@ -117,34 +118,44 @@ def build(preset: str, scheme: str, args: argparse.Namespace):
 
 
 @contextlib.contextmanager
+def _environ(**values: str | None) -> Iterator[None]:
+    """The environment variables of ``values`` set (None: unset) while it runs, then each as it was."""
+    import os
+
+    saved = {name: os.environ.get(name) for name in values}
+    try:
+        for name, value in values.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+        yield
+    finally:
+        for name, value in saved.items():
+            os.environ.pop(name, None)
+            if value is not None:
+                os.environ[name] = value
+
+
+@contextlib.contextmanager
 def attention_impl(scheme: str, tiles: str = ""):
     """The relative schemes: every Shaw self-attention call with the scheme's impl, whatever the default policy;
     relative-triton-tiles with RPR_MT_TRITON_TILES=tiles while it runs (relative-triton without it),
-    relative-triton-serial with RPR_MT_TRITON_BACKWARD=serial."""
+    relative-triton-serial with RPR_MT_TRITON_BACKWARD=serial (the others with the caller's)."""
     if scheme not in IMPLS:
         yield
         return
-    import os
-
     import rpr_mt.model.positions.shaw as shaw
 
-    original, saved = shaw.relative_attention, os.environ.pop("RPR_MT_TRITON_TILES", None)
-    saved_backward = os.environ.get("RPR_MT_TRITON_BACKWARD")
-    shaw.relative_attention = functools.partial(original, impl=IMPLS[scheme])
-    if scheme == "relative-triton-tiles":
-        os.environ["RPR_MT_TRITON_TILES"] = tiles
+    settings = {"RPR_MT_TRITON_TILES": tiles if scheme == "relative-triton-tiles" else None}
     if scheme == "relative-triton-serial":
-        os.environ["RPR_MT_TRITON_BACKWARD"] = "serial"
+        settings["RPR_MT_TRITON_BACKWARD"] = "serial"
+    original = shaw.relative_attention
+    shaw.relative_attention = functools.partial(original, impl=IMPLS[scheme])
     try:
-        yield
+        with _environ(**settings):
+            yield
     finally:
         shaw.relative_attention = original
-        os.environ.pop("RPR_MT_TRITON_TILES", None)
-        if saved is not None:
-            os.environ["RPR_MT_TRITON_TILES"] = saved
-        os.environ.pop("RPR_MT_TRITON_BACKWARD", None)
-        if saved_backward is not None:
-            os.environ["RPR_MT_TRITON_BACKWARD"] = saved_backward
 
 
 def batch_order(n_batches: int, warmup: int, updates: int) -> list[int]:

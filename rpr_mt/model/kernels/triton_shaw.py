@@ -309,6 +309,12 @@ if triton is not None:
         return low, high
 
     @triton.jit
+    def _with_ends(interior, low, high, rb, clip):
+        """A fold [BM, NB] from its interior buckets and the row sums of its two end buckets (bucket 0 first: with
+        k = 0 buckets 0 and 2k are one, and it holds the row's whole sum, ``low``)."""
+        return tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], interior))
+
+    @triton.jit
     def _logits(q, k, QA, Bias, Mask, row_ok, col_ok, rm, rn, kind, b, h, offset, clip, S,
                 sb_b, sb_h, sb_m, sb_n, sm_b, sm_h, sm_m, sm_n,
                 HAS_K: tl.constexpr, HAS_BIAS: tl.constexpr, HAS_MASK: tl.constexpr, ROWS: tl.constexpr,
@@ -426,7 +432,7 @@ if triton is not None:
                 key_ok = row_ok[:, None] & (key >= 0) & (key < Lk)
                 kept = tl.load(Keep + b * sp_b + h * sp_h + rm[:, None] * sp_m + key * sp_n, mask=key_ok, other=0)
                 inner = tl.where(kept != 0, inner, 0.0)
-            fold = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], inner))
+            fold = _with_ends(inner, low, high, rb, clip)
             fold = fold * inv[:, None]
             table = tl.load(AV + h * st_h + rb[:, None] * st_r + rd[None, :] * st_d, mask=buckets & d_ok[None, :],
                             other=0.0)
@@ -650,7 +656,7 @@ if triton is not None:
         if HAS_K:
             tl.debug_barrier()  # the interior of fold(dS) was stored by other threads of this program
             fds = tl.load(fds_rows[:, None] + rb[None, :], mask=row_ok[:, None], other=0.0, cache_modifier=".cg")
-            fds = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], fds))
+            fds = _with_ends(fds, low, high, rb, clip)
             table = tl.load(AK + h * sa_h + rb[:, None] * sa_r + rd[None, :] * sa_d, mask=table_mask, other=0.0)
             dq += tl.dot(fds.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
             if GRAD_K:
@@ -760,7 +766,7 @@ if triton is not None:
                               cache_modifier=".cg")
                 low = tl.load(EDGES + rm * 2, mask=row_ok, other=0.0, cache_modifier=".cg")
                 high = tl.load(EDGES + rm * 2 + 1, mask=row_ok, other=0.0, cache_modifier=".cg")
-                fds = tl.where(rb[None, :] == 0, low[:, None], tl.where(rb[None, :] == 2 * clip, high[:, None], fds))
+                fds = _with_ends(fds, low, high, rb, clip)
                 table = tl.load(AK + h * sa_h + rb[:, None] * sa_r + rd[None, :] * sa_d, mask=table_mask, other=0.0)
                 dq += tl.dot(fds.to(TDT), table.to(TDT), input_precision=TPREC).to(ACC)
                 if GRAD_K:
