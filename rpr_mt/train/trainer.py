@@ -305,8 +305,11 @@ def _train(
         train_module = nn.parallel.DistributedDataParallel(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
+    # Only an interrupted run's off-grid checkpoint is superseded: a finished run's last checkpoint (max_steps,
+    # max_time or patience off the grid), continued by --more-steps, is a result the user may have reported.
+    interrupted_at = None if finished else _off_grid_step(found)
     checkpoints = Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
-                              config=config_to_dict(cfg), vocab=vocab_info, interrupted_at=_off_grid_step(found))
+                              config=config_to_dict(cfg), vocab=vocab_info, interrupted_at=interrupted_at)
     logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = LogWindow(ThroughputMonitor())
     bad_updates = 0  # non-finite losses in a row

@@ -53,6 +53,10 @@ def test_more_steps_continues_the_latest_checkpoint_exactly(tmp_path, demo_data)
     assert yaml.safe_load((tmp_path / "run" / "config.yaml").read_text())["train"]["max_steps"] == 12
     a, b = final_weights(tmp_path / "whole"), final_weights(tmp_path / "run")
     assert all(torch.equal(a[key], b[key]) for key in a)  # the same as planning 12 updates from the start
+    # update 6 lies off the save grid (every 4): the finished run's last checkpoint stays, where an interrupted run's
+    # off-grid checkpoint is dropped once the resumed run saves past it
+    kept = [path.name for path in ckpt.list_step_checkpoints(tmp_path / "run")]
+    assert kept == [f"checkpoint_{step:08d}.pt" for step in (4, 6, 8, 12)]
 
 
 def test_more_steps_lifts_the_other_stopping_rules(tmp_path, demo_data):
