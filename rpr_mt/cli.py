@@ -416,8 +416,8 @@ def eval_bleu(
     pretokenized: bool = typer.Option(
         False, "--pretokenized",
         help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
-        "the literature's BLEU on them as they are (with --checkpoint: decided by the model's data.multi30k_text; a "
-        "raw --ref is tokenized)."),
+        "the literature's BLEU on them as they are; a file most of whose lines look raw is refused (with "
+        "--checkpoint: decided by the model's data.multi30k_text; a raw --ref is tokenized)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
@@ -442,7 +442,8 @@ def eval_bleu(
             _check_input(str(path), option)
     if checkpoint is not None:
         if hyp is not None:
-            raise UserError("give either --hyp/--ref or --checkpoint, not both")
+            raise UserError("--hyp goes with --ref, not with --checkpoint (which translates --split and scores its own "
+                            "translations; --ref with it replaces the split's reference)")
         if save_hyp is not None:
             _check_output(str(save_hyp), "--save-hyp")
         _check_decode_options(beam_size, length_penalty, None, None, min_length)  # before the model loads
@@ -494,6 +495,10 @@ def eval_bleu(
         hypotheses = read_lines(str(hyp))
         hyp_name = str(hyp)
     references = read_lines(str(ref))
+    if checkpoint is None and pretokenized:
+        # scored as it is, raw text met tokenized text: a literature BLEU of 36 where the right one was 62, silently
+        for path, lines in ((hyp, hypotheses), (ref, references)):
+            _refuse_raw_as_pretokenized(path, lines)
     from rpr_mt.evaluate import looks_untokenized
 
     if checkpoint is not None and pretokenized:
@@ -521,12 +526,31 @@ def eval_bleu(
                     "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
                     "the references and is the comparable number (or score against the tok/ reference with "
                     "--pretokenized)")
+        elif raw_refs < len(references) / 2 and sum(1 for line in hypotheses if looks_untokenized(line)) \
+                > len(hypotheses) / 2:
+            # the other way round: raw (e.g. detokenized) translations against Multi30k's tok/ reference (a few of
+            # whose lines look raw: an abbreviation's full stop, "ca. 120 cm")
+            _stderr(f"warning: {ref} looks like Multi30k's lowercased, Moses-tokenized text and {hyp} like raw text: "
+                    "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
+                    "the hypotheses and is the comparable number")
         elif _all_lowercase(hypotheses) and sum(1 for line in references if line != line.lower()) > len(references) / 2:
             # a tok model's translations of raw text, detokenized by translate: plain text, but lowercase
             _stderr(f"warning: {hyp} is all lowercase and {ref} is cased: sacreBLEU, chrF and the tokenized BLEU are "
                     "case-sensitive and count a word that differs only in case as wrong; the Multi30k lit. BLEU lowercases both and "
                     "is the comparable number")
     typer.echo(format_scores(scores, as_json=as_json))
+
+
+def _refuse_raw_as_pretokenized(path: Path, lines: List[str]) -> None:
+    """--pretokenized says both files are Multi30k's tokenized text: refuse one that mostly looks raw (a few lines of
+    the tok/ files do, e.g. an abbreviation's full stop: ``ca. 120 cm``), naming its first such line."""
+    from rpr_mt.evaluate import looks_untokenized
+
+    raw = [number for number, line in enumerate(lines, 1) if line.strip() and looks_untokenized(line)]
+    if len(raw) > sum(1 for line in lines if line.strip()) / 2:
+        raise UserError(f"{path}: --pretokenized, but {len(raw)} of {len(lines)} lines look like raw text (line "
+                        f"{raw[0]}: a capital letter, a bare quote or punctuation attached to a word); without "
+                        "--pretokenized the literature's BLEU tokenizes it as Multi30k's script does")
 
 
 def _all_lowercase(lines: List[str]) -> bool:

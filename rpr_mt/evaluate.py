@@ -175,9 +175,11 @@ def score(
         )
 
     # force on pretokenized text: sacreBLEU would warn that the (knowingly) tokenized lines look undetokenized; and
-    # on two files that both look like Multi30k's tok/ text, which eval-bleu says in one line of its own
+    # on hypotheses that look like Multi30k's tok/ text, a tok model's translations, which eval-bleu names in one line
+    # of its own (against tokenized references: scored as they are; against raw ones: which number compares), where
+    # sacreBLEU's advice ("suppress this message with the `force` parameter") named no option of this tool
     hyp_tokenized, ref_tokenized = all_look_tokenized(hypotheses), all_look_tokenized(references)
-    bleu = BLEU(force=pretokenized or (hyp_tokenized and ref_tokenized))
+    bleu = BLEU(force=pretokenized or hyp_tokenized)
     bleu_result = bleu.corpus_score(hypotheses, [references])
     chrf = CHRF()
     chrf_result = chrf.corpus_score(hypotheses, [references])

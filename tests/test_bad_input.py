@@ -199,7 +199,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("eval-bleu: empty hypotheses", lambda r: ["eval-bleu", "--hyp", f"{r}/empty.txt", "--ref", f"{r}/ref.txt",
                                                "--lang", "de"], "empty"),
     ("eval-bleu: both modes", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt", "--checkpoint", f"{r}/model.pt"],
-     "not both"),
+     "--hyp goes with --ref, not with --checkpoint"),
     ("eval-bleu: --save-hyp is a directory", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--save-hyp",
                                                         f"{r}/outdir"], "outdir is a directory"),
     ("eval-bleu: neither mode", lambda r: ["eval-bleu", "--hyp", f"{r}/hyp.txt"], "give --hyp and --ref"),

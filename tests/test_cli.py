@@ -149,6 +149,29 @@ def test_eval_bleu_warns_of_tokenized_hypotheses_scored_against_raw_references(t
     assert f"note: {hyp} and {tok} both look like Multi30k's lowercased, Moses-tokenized text" in result.output
 
 
+def test_eval_bleu_refuses_raw_text_called_pretokenized_and_warns_of_raw_hypotheses_against_tok_references(tmp_path):
+    """--pretokenized with the raw test file as --ref scored a tok model's translations 36.14 where the literature
+    BLEU was 62.49, with nothing said; and raw (detokenized) translations against the tok/ reference printed a
+    sacreBLEU that compares two forms, with nothing said either."""
+    ref, tok = tmp_path / "ref.de", tmp_path / "tok.de"
+    ref.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nZwei Hunde spielen.\n', encoding="utf-8")
+    tok.write_text("ein kind mit der nummer &quot; 93 &quot; fährt ski .\nzwei hunde spielen .\n", encoding="utf-8")
+    for hyp, raw_side in ((tok, ref), (ref, ref)):
+        assert_one_line_error(run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--pretokenized"),
+                              f"{raw_side}: --pretokenized, but 2 of 2 lines look like raw text (line 1")
+    assert_one_line_error(run("eval-bleu", "--hyp", str(ref), "--ref", str(tok), "--pretokenized"),
+                          f"{ref}: --pretokenized, but 2 of 2 lines look like raw text")
+    # one raw-looking line of the tok/ files (an abbreviation's full stop) is still tokenized text
+    tok.write_text("zwei menschen halten einen globus von ca. 120 cm .\nzwei hunde spielen .\nein kind läuft .\n",
+                   encoding="utf-8")
+    assert run("eval-bleu", "--hyp", str(tok), "--ref", str(tok), "--pretokenized").exit_code == 0
+    ref.write_text("Zwei Menschen halten einen Globus.\nZwei Hunde spielen.\nEin Kind läuft.\n", encoding="utf-8")
+    result = run("eval-bleu", "--hyp", str(ref), "--ref", str(tok), "--json")
+    assert result.exit_code == 0, result.output
+    assert f"warning: {tok} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text" \
+        in result.output
+
+
 def test_eval_bleu_warns_of_lowercase_hypotheses_scored_against_cased_references(tmp_path):
     """translate detokenizes a tok model's translations of raw text, but they stay lowercase: against the raw
     references sacreBLEU read 52.6 where the literature BLEU, which lowercases both, read 62.1 (200 test lines), with
