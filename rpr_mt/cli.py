@@ -329,7 +329,7 @@ def translate(
     if detokenize:  # raw text in, plain text out
         from rpr_mt.decode.pretokenize import detokenize_outputs
 
-        outputs = detokenize_outputs(outputs, raw.tokenized, decode.nbest, cfg.data.tgt_lang)
+        outputs = detokenize_outputs(outputs, raw.plain, decode.nbest, cfg.data.tgt_lang)
     from rpr_mt.train.signals import interrupt_on_stop_signals
 
     try:
@@ -344,9 +344,10 @@ def translate(
 @dataclasses.dataclass
 class _RawLines:
     """What ``_TokenizedAsMulti30k`` did, counted as the windows go by: the (0-based) numbers of the input lines it
-    tokenized, and how many lines it has read."""
+    tokenized, of those whose translations are plain text (``plain_text_lines``), and how many lines it has read."""
 
     tokenized: set[int] = dataclasses.field(default_factory=set)
+    plain: set[int] = dataclasses.field(default_factory=set)
     read: int = 0
 
 
@@ -371,6 +372,7 @@ class _TokenizedAsMulti30k:
         from rpr_mt.decode import arriving, pretokenize  # once, not per line
 
         self._arriving, self._tokenize = arriving, pretokenize.tokenize_untokenized
+        self._plain, self._tokenized_text = pretokenize.plain_text_lines, False
         self._lines, self._lang, self._window, self._raw = lines, lang, window, raw
         self._chunk: list[str] = []
 
@@ -382,8 +384,11 @@ class _TokenizedAsMulti30k:
             chunk = self._arriving.take_window(self._lines, self._window)
             if not chunk:
                 raise StopIteration
-            chunk, changed = self._tokenize(chunk, self._lang)
+            given = chunk
+            chunk, changed = self._tokenize(given, self._lang)
             self._raw.tokenized.update(self._raw.read + i for i in changed)
+            plain, self._tokenized_text = self._plain(given, changed, self._tokenized_text)
+            self._raw.plain.update(self._raw.read + i for i in plain)
             self._raw.read += len(chunk)
             self._chunk = chunk[::-1]
         return self._chunk.pop()

@@ -89,6 +89,16 @@ _BARE = re.compile(r"""["'<>|\[\]]|&(?!(?:amp|quot|apos|lt|gt|#91|#93|#124);)"""
 _ATTACHED = re.compile(r"[^\W\d_]{2}[.,!?;:](?:\s|$)")
 
 
+# Punctuation standing apart as a token ("a bike ." "red , and"): the Moses tokenizer's mark, which raw text rarely has.
+_SEPARATED = re.compile(r"(?:^|\s)[.,!?;:](?:\s|$)")
+
+
+def looks_tokenized(line: str) -> bool:
+    """Positive evidence of Multi30k's tokenized text: a Moses escape or punctuation standing apart as a token. A line
+    with neither that does not ``looks_untokenized`` either (lowercase words only) could be both."""
+    return bool(_ESCAPE.search(line) or _SEPARATED.search(line))
+
+
 def looks_untokenized(line: str) -> bool:
     """Whether ``line`` looks like raw text rather than Multi30k's tokenized text: a capital letter, a bare quote,
     apostrophe, bracket or ampersand, or a word with punctuation attached; never a line holding Moses' escapes."""

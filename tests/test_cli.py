@@ -597,6 +597,11 @@ def test_a_tok_models_translations_of_raw_lines_are_detokenized(tmp_path, monkey
     assert result.exit_code == 0, result.output
     assert [line.split("\t")[2] for line in out.read_text(encoding="utf-8").splitlines()] == \
         ['ein "mann".'] * 2 + ["ein &quot; mann &quot; ."] * 2 + ['ein "mann".'] * 2
+    # a lowercase line without punctuation, typed alone: plain text out too (it came back as `ein &quot; mann ...`)
+    src.write_text("the man sits on the bench\n", encoding="utf-8")
+    result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out))
+    assert result.exit_code == 0, result.output
+    assert out.read_text(encoding="utf-8").splitlines() == ['ein "mann".']
 
 
 def test_an_interrupted_translation_by_a_tok_model_still_says_how_many_lines_it_tokenized(tmp_path, monkeypatch):

@@ -181,19 +181,21 @@ class ExportedTranslator:
         gets the lines that look raw tokenized as that text is, and their translations detokenized back, as
         translate does (``tokenize=False``: as ``--no-tokenize``, the lines as they are; ``detokenize=False``: as
         ``--no-detokenize``, the translations in the model's tokenized form)."""
-        from rpr_mt.decode.pretokenize import detokenize_outputs, tokenize_untokenized
+        from rpr_mt.decode.pretokenize import detokenize_outputs, plain_text_lines, tokenize_untokenized
         from rpr_mt.decode.translate import format_outputs, sentence_units
 
         decode = decode or self.decode
-        tokenized: list[int] = []
+        plain: list[int] = []  # the lines whose translations are detokenized (all lines are one window here)
         if tokenize and self.info.get("pretokenized"):  # exports from before it was recorded: lines as they are
-            lines, tokenized = tokenize_untokenized(list(lines), self.info["src_lang"])
+            given = list(lines)
+            lines, tokenized = tokenize_untokenized(given, self.info["src_lang"])
+            plain, _ = plain_text_lines(given, tokenized)
         # exports from before the languages were recorded split with the segmenter's default rules
         texts, owners = sentence_units(list(lines), decode.split_sentences, self.info.get("src_lang"))
         units = [u for u, text in enumerate(texts) if self.vocab.encode(text)]
         found = dict(zip(units, self.search([self.vocab.encode(texts[u]) for u in units], decode)))
         tgt_lang = self.info.get("tgt_lang")
         outputs = format_outputs(len(lines), owners, found, self.vocab.decode, decode, tgt_lang)
-        if detokenize and tokenized:
-            outputs = list(detokenize_outputs(outputs, set(tokenized), decode.nbest, tgt_lang))
+        if detokenize and plain:
+            outputs = list(detokenize_outputs(outputs, set(plain), decode.nbest, tgt_lang))
         return outputs

@@ -5,16 +5,36 @@ capital letter or a full stop attached to a word, and on raw sentences it transl
 raw as the dataset's ``task1-tokenize.sh`` would have made them, and leaves the lines that already look tokenized
 alone: tokenizing tokenized text again is not a no-op (``d&apos; une`` becomes ``d &apos; une``). The translations
 of the lines it tokenized are detokenized back (``detokenize_multi30k``), so raw text in gives plain text out, in
-lowercase."""
+lowercase; so are those of lines that look neither way (lowercase words, no punctuation) unless their window holds
+tokenized text (``plain_text_lines``)."""
 
 from __future__ import annotations
 
 from typing import Container, Iterable, Iterator
 
 # They live with the scoring, which applies the same choice to hypotheses and references (rpr_mt.evaluate.score).
-from rpr_mt.evaluate import detokenize_multi30k, looks_untokenized, tokenize_untokenized
+from rpr_mt.evaluate import detokenize_multi30k, looks_tokenized, looks_untokenized, tokenize_untokenized
 
-__all__ = ["detokenize_multi30k", "detokenize_outputs", "looks_untokenized", "tokenize_untokenized"]
+__all__ = ["detokenize_multi30k", "detokenize_outputs", "looks_untokenized", "plain_text_lines", "tokenize_untokenized"]
+
+
+def plain_text_lines(lines: list[str], tokenized: list[int], tokenized_before: bool = False) -> tuple[list[int], bool]:
+    """The (0-based) lines of a window whose translations are detokenized, and whether the input reads as tokenized
+    text (for the next window). Those ``tokenize_untokenized`` tokenized are (raw text in, plain text out); a line
+    that looks neither raw nor tokenized (lowercase words, no punctuation: ``the man sits on the bench``, whose
+    translation came back as ``l&apos; homme ...``) follows its window: kept in the model's form where some line of
+    the window looks tokenized (``looks_tokenized``: tok/ text, about 5% of whose lines look neither way), detokenized
+    where a line looked raw, and where none looks either way, as the window before it went (``tokenized_before``;
+    plain text for the first). ``lines``: the window as read, before tokenizing."""
+    if any(looks_tokenized(line) for line in lines):
+        is_tokenized = True
+    elif tokenized:
+        is_tokenized = False
+    else:
+        is_tokenized = tokenized_before
+    if is_tokenized:
+        return list(tokenized), True
+    return [i for i, line in enumerate(lines) if line.strip()], False
 
 
 def detokenize_outputs(outputs: Iterable[str], tokenized: Container[int], nbest: int, lang: str) -> Iterator[str]:

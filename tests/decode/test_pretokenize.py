@@ -7,7 +7,8 @@ import gzip
 
 import pytest
 
-from rpr_mt.decode.pretokenize import detokenize_multi30k, detokenize_outputs, looks_untokenized, tokenize_untokenized
+from rpr_mt.decode.pretokenize import (detokenize_multi30k, detokenize_outputs, looks_untokenized, plain_text_lines,
+                                       tokenize_untokenized)
 from rpr_mt.evaluate import lowercase_normalize_tokenize
 
 
@@ -95,3 +96,29 @@ def test_outputs_of_tokenized_lines_only_are_detokenized_with_nbest_numbering():
     entries = ["0\t-0.1000\tl&apos; homme .", "0\t-0.2000\tun homme .", "1\t-0.3000\tl&apos; eau ."]
     assert list(detokenize_outputs(entries, {0}, 2, "fr")) == [
         "0\t-0.1000\tl'homme.", "0\t-0.2000\tun homme.", "1\t-0.3000\tl&apos; eau ."]
+
+
+def test_lines_that_look_neither_way_follow_the_lines_read_with_them():
+    """A lowercase line without punctuation looks neither raw nor tokenized: alone (or the input's first window) or
+    beside raw lines its translation is plain text (it came back as ``l&apos; homme ...``); beside tokenized lines,
+    or after a window of them, it keeps the model's form."""
+    neither = "the man sits on the bench"
+    assert plain_text_lines([neither], []) == ([0], False)
+    raw = ["The man sits.", neither, ""]
+    assert plain_text_lines(raw, tokenize_untokenized(raw, "en")[1]) == ([0, 1], False)
+    tok = ["the man sits .", neither]
+    assert plain_text_lines(tok, tokenize_untokenized(tok, "en")[1]) == ([], True)
+    mixed = ["The man sits.", "a man &apos;s dog", neither]  # tokenized text in the window: only the raw line
+    assert plain_text_lines(mixed, tokenize_untokenized(mixed, "en")[1]) == ([0], True)
+    assert plain_text_lines([neither], [], tokenized_before=True) == ([], True)
+    assert plain_text_lines([neither], [], tokenized_before=False) == ([0], False)
+
+
+@pytest.mark.parametrize("lang", ["en", "de", "fr"])
+def test_the_datasets_tokenized_test_file_keeps_every_translation_in_the_models_form(multi30k_dir, lang):
+    """About 5% of the tok/ test lines look neither raw nor tokenized ("two men wearing black in a city"): read with
+    the others, none of their translations is detokenized, so translate's output stays the form the literature
+    scores."""
+    tok = gzip.open(multi30k_dir / "tok" / f"test_2016_flickr.{lang}.gz", "rt", encoding="utf-8").read().splitlines()
+    tokenized = tokenize_untokenized(tok, lang)[1]
+    assert tokenized == [] and plain_text_lines(tok, tokenized) == ([], True)
