@@ -660,6 +660,14 @@ def export_command(
 # -- helpers -----------------------------------------------------------------------------------------------------------
 
 
+def _prepare_command(checkpoint: Path) -> str:
+    """The command that prepares a model's data: with the config.yaml of its run directory (the checkpoint's, or the
+    one holding it in checkpoints/), where there is one."""
+    run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent.parent
+    config = run_dir / "config.yaml"
+    return f"rpr-mt prepare --config {config}" if config.is_file() else "rpr-mt prepare with the config it was trained by"
+
+
 def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, ref: Optional[Path],
                  save_hyp: Optional[Path]) -> tuple[Path, Path]:
     """eval-bleu --checkpoint: the prepared source of ``split`` and its reference (``ref`` if given), checked, and
@@ -673,7 +681,8 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
         prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
         if prepared:  # the data is there, the split is not: a prepare would not help
             raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
-        raise UserError(f"{src_path} not found: prepare the data first (rpr-mt prepare) or pass --hyp/--ref")
+        raise UserError(f"{src_path} not found: prepare the data first ({_prepare_command(checkpoint)}) or pass "
+                        "--hyp/--ref")
     if ref is None:
         ref = default_ref
         _check_input(str(ref), "--ref (the split's reference)")

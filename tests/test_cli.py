@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import yaml
 from typer.testing import CliRunner
 
 import rpr_mt
@@ -912,3 +913,16 @@ def test_translate_streams_stdin_window_by_window(tmp_path):
     finally:
         process.kill()
         process.wait()
+
+
+def test_eval_bleu_on_a_run_without_its_data_names_the_prepare_command(tmp_path, monkeypatch):
+    """The data of a run trained elsewhere is not prepared here: the error said `rpr-mt prepare` without saying with
+    which config; a run directory has its own."""
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    payload["config"]["data"]["output_dir"] = str(tmp_path / "not_prepared")
+    run_dir = tmp_path / "run"
+    ckpt.save_checkpoint(payload, ckpt.checkpoint_dir(run_dir) / "checkpoint_best.pt")
+    (run_dir / "config.yaml").write_text(yaml.safe_dump(payload["config"]), encoding="utf-8")
+    monkeypatch.chdir(tmp_path)
+    assert_one_line_error(run("eval-bleu", "--checkpoint", str(run_dir)),
+                          f"prepare the data first (rpr-mt prepare --config {run_dir / 'config.yaml'})")
