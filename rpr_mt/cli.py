@@ -212,7 +212,8 @@ def train(
     config: Optional[Path] = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="Delete the run in run_dir (checkpoints, metrics) and start over, whatever its config."),
+        False, "--overwrite", help="Delete the run in run_dir (checkpoints, metrics, TensorBoard events) and start over, whatever its config; "
+        "deleted once the new config's data and model are made, so an input error leaves it as it was."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress",

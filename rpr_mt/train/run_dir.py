@@ -148,13 +148,15 @@ def _flat(tree: dict[str, Any], sections: set[str], prefix: str = "") -> dict[st
 
 
 def remove_previous_run(run_dir: Path) -> None:
-    """What --overwrite replaces: the checkpoints, metrics.jsonl and the TensorBoard events of the run in ``run_dir``
-    (left behind, the old events would show as a second curve beside the new run's)."""
+    """What --overwrite replaces: the checkpoints, metrics.jsonl, the TensorBoard events (left behind, the old events
+    would show as a second curve beside the new run's) and ``rpr-mt plot``'s default curves.png of the run in
+    ``run_dir``."""
     import shutil
 
     shutil.rmtree(checkpoint_dir(run_dir), ignore_errors=True)
     shutil.rmtree(run_dir / "tensorboard", ignore_errors=True)
     (run_dir / "metrics.jsonl").unlink(missing_ok=True)
+    (run_dir / "curves.png").unlink(missing_ok=True)
 
 
 class RunDirLock:

@@ -202,16 +202,13 @@ def _train(
                        f"changed since ({changed}): preparing it again could change the vocabulary they need. To "
                        "resume, restore what changed; to start over on the new data, pass --overwrite (deletes the "
                        "run's checkpoints) or choose another train.run_dir")
-        if overwrite:  # with the same config too: a run started over after a code fix, or one whose checkpoints broke
-            log(f"--overwrite: removing the previous run in {run_dir}")
-            remove_previous_run(run_dir)
     if not dd.all_true(not refusal, device):  # every rank stops, not rank 0 alone (the others would wait for it)
         raise UserError(refusal or f"{run_dir} holds a run that this config cannot resume (rank 0 says why)")
     dd.barrier()
     # The checkpoint to resume from, read before the data is prepared: when every one of them is corrupt, starting
     # from update 0 would replace them (and the best one) with a new run's; that is --overwrite's to decide
-    found = latest_valid_checkpoint(run_dir, warn=log)
-    if found is None and ckpt.list_step_checkpoints(run_dir):
+    found = None if overwrite else latest_valid_checkpoint(run_dir, warn=log)
+    if found is None and not overwrite and ckpt.list_step_checkpoints(run_dir):
         raise UserError(f"no checkpoint in {ckpt.checkpoint_dir(run_dir)} loads (each is named above), so {run_dir} "
                         "cannot be resumed; restore one, or pass --overwrite to delete the run and start it over")
 
@@ -246,6 +243,14 @@ def _train(
 
     optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
+
+    # --overwrite deletes the previous run only now, once the data, model and optimizer are made: an input error
+    # (mismatched files, a vocabulary too large, a sentence limit) used to leave neither the old run nor a new one.
+    # With the same config too: a run started over after a code fix, or one whose checkpoints broke.
+    if overwrite and dd.is_main and has_run:
+        log(f"--overwrite: removing the previous run in {run_dir}")
+        remove_previous_run(run_dir)
+    dd.barrier()
 
     # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
     state = TrainState(started=start_time)

@@ -179,6 +179,19 @@ def test_run_dir_with_another_config_is_refused_unless_overwrite(tmp_path, demo_
     assert train(other, overwrite=True, progress=False).step == 2
 
 
+def test_overwrite_deletes_the_previous_run_only_after_the_new_inputs_are_checked(tmp_path, demo_data):
+    """--overwrite removed the old run first, then the new config failed on its data (mismatched files, a vocabulary
+    too large, a sentence limit no pair fits): neither the old run nor a new one was left."""
+    run_dir = tmp_path / "run"
+    train(config_from_dict(tiny(demo_data, run_dir, train={"max_steps": 4})), progress=False)
+    before = sorted(path.name for path in run_dir.rglob("*") if path.is_file())
+    failing = config_from_dict(tiny(demo_data, run_dir, model={"max_positions": 2}, train={"max_steps": 4}))
+    with pytest.raises(UserError, match="no training pair"):
+        train(failing, overwrite=True, progress=False)
+    assert sorted(path.name for path in run_dir.rglob("*") if path.is_file()) == before
+    assert [path.name for path in ckpt.list_step_checkpoints(run_dir)] == ["checkpoint_00000004.pt"]
+
+
 def test_overwrite_with_the_same_config_starts_the_run_over(tmp_path, demo_data):
     """--overwrite replaced only a run of another config: with the same one (a run to redo after a code fix) it
     resumed the run, or said a finished one had nothing to train, and replaced nothing."""
