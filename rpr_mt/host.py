@@ -65,3 +65,12 @@ def sleep_waiting_openmp_threads() -> None:
         warnings.warn("OMP_WAIT_POLICY set after torch was imported: libgomp has already read it, so it has no effect",
                       RuntimeWarning, stacklevel=2)
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
+
+
+def new_file_mode() -> int:
+    """The mode ``open`` gives a new file under this process's umask (0o644 under 0o022). ``tempfile.mkstemp``, which
+    the atomic writes use, makes 0o600 whatever the umask: a checkpoint that others on a shared machine could not
+    read, beside a config.yaml they could."""
+    umask = os.umask(0)  # read it the only way there is: set it, and put it back at once
+    os.umask(umask)
+    return 0o666 & ~umask

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 import re
 from pathlib import Path
 
@@ -304,3 +305,18 @@ def test_an_error_of_torch_save_that_is_not_a_write_is_not_hidden(tmp_path, monk
     monkeypatch.setattr(ckpt.torch, "save", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("a bug")))
     with pytest.raises(RuntimeError, match="a bug"):
         ckpt.save_checkpoint({"w": torch.zeros(2)}, tmp_path / "c.pt")
+
+
+@pytest.mark.skipif(os.name != "posix", reason="POSIX file modes")
+def test_checkpoints_get_the_mode_the_umask_gives_new_files(tmp_path):
+    """mkstemp (the atomic write's temporary) makes 0o600 whatever the umask: every checkpoint was unreadable to
+    others on a shared machine, beside a config.yaml they could read."""
+    old = os.umask(0o022)
+    try:
+        ckpt.save_checkpoint({"model": {"w": torch.zeros(2)}}, tmp_path / "a.pt")
+        assert (tmp_path / "a.pt").stat().st_mode & 0o777 == 0o644
+        os.umask(0o077)
+        ckpt.save_checkpoint({"model": {"w": torch.zeros(2)}}, tmp_path / "b.pt")
+        assert (tmp_path / "b.pt").stat().st_mode & 0o777 == 0o600
+    finally:
+        os.umask(old)

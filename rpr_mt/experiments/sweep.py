@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
+from rpr_mt.host import new_file_mode
 from rpr_mt.locks import held_by_another, locked_directory
 from rpr_mt.provenance import code_version
 
@@ -342,6 +343,7 @@ def _write_json(path: Path, value: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
+            os.fchmod(handle.fileno(), new_file_mode())  # mkstemp's 0o600 would hide result.json from others
             handle.write(json.dumps(value, indent=2) + "\n")
         os.replace(tmp, path)
     except BaseException:
