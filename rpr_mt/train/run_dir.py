@@ -103,9 +103,32 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
         a, b = old.get(name), new.get(name)
         if name not in old and b == defaults.get(name):
             continue
+        if a != b and _same_paths(name, a, b):  # "data1/", "./data1" and its absolute path are one directory
+            continue
         if a != b:
             diffs.append(f"{name}: {yaml_value(a)} -> {yaml_value(b)}")
     return diffs
+
+
+# Settings that name a file or directory, compared as the paths they resolve to (data.splits by its files' paths).
+PATH_KEYS = ("data.output_dir", "data.multi30k_dir", "data.splits")
+
+
+def _same_paths(name: str, old: Any, new: Any) -> bool:
+    """Whether ``old`` and ``new`` of setting ``name`` (one of ``PATH_KEYS``) name the same files, spelled apart (a
+    trailing slash, ``./``, relative against absolute from this directory): prepare takes them as one input, and a
+    resume refused for it advised deleting the run."""
+    if name not in PATH_KEYS:
+        return False
+
+    def resolved(value: Any) -> Any:
+        if isinstance(value, str):
+            return os.path.normpath(os.path.abspath(value))
+        if isinstance(value, dict):
+            return {key: resolved(item) for key, item in value.items()}
+        return value
+
+    return resolved(old) == resolved(new)
 
 
 # What a validation's dev BLEU depends on besides the weights: changed on resume, the best checkpoint and patience

@@ -40,3 +40,23 @@ def test_config_differences_spell_values_as_yaml():
     new["train"]["init_from"] = "/runs/base"
     new["data"]["dedup"] = True
     assert run_dir.config_differences(old, new) == ["data.dedup: false -> true", "train.init_from: null -> /runs/base"]
+
+
+def test_paths_spelled_apart_are_the_same_setting(tmp_path, monkeypatch):
+    """A trailing slash, ./ or the absolute path of the same directory refused the resume ("holds a run with a
+    different config (data.output_dir: data1 -> data1/)") and advised --overwrite, which deletes the run."""
+    from rpr_mt.config import config_to_dict, config_from_dict
+
+    monkeypatch.chdir(tmp_path)
+
+    def config(output_dir: str, train_file: str) -> dict:
+        return config_to_dict(config_from_dict({"data": {
+            "source": "files", "output_dir": output_dir,
+            "splits": {"train": {"src": train_file, "tgt": "c/train.de"}}}}))
+
+    old = config("data1", "c/train.en")
+    for output_dir, train_file in (("data1/", "c/train.en"), ("./data1", "c/./train.en"),
+                                   (str(tmp_path / "data1"), str(tmp_path / "c" / "train.en"))):
+        assert run_dir.config_differences(old, config(output_dir, train_file)) == []
+    assert run_dir.config_differences(old, config("data2", "c/train.en")) == ["data.output_dir: data1 -> data2"]
+    assert len(run_dir.config_differences(old, config("data1", "c/other.en"))) == 1
