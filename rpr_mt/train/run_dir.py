@@ -31,12 +31,20 @@ _RUN_ENTRIES = {"checkpoints": True, "config.yaml": False, "metrics.jsonl": Fals
                 ".train.lock": False}
 
 
-def check_run_dir(run_dir: Path, tensorboard: bool = True) -> None:
+def check_run_dir(run_dir: Path, tensorboard: bool = True, data_dir: Path | None = None) -> None:
     """Before any work (preparing data can take long): ``run_dir`` is a directory that this process can write, or
     one it can create, and what it holds of the run's own entries has the right kind (``tensorboard``: the run
-    writes TensorBoard events). Nothing is created here: a command that fails later leaves the disk as it was."""
+    writes TensorBoard events), and it is neither ``data_dir`` (data.output_dir) nor inside it (prepare refuses a
+    directory holding files it did not write: that error named the data directory, not the cause). Nothing is
+    created here: a command that fails later leaves the disk as it was."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
+    if data_dir is not None:
+        run, data = Path(os.path.abspath(run_dir)), Path(os.path.abspath(data_dir))
+        if run == data or data in run.parents:
+            where = "is" if run == data else "is inside"
+            raise UserError(f"train.run_dir {run_dir} {where} data.output_dir {data_dir}: give the run and the "
+                            "prepared data directories of their own")
     existing = run_dir
     while not existing.exists() and existing != existing.parent:  # the directory that mkdir would create below
         existing = existing.parent
@@ -205,8 +213,12 @@ class RunDirLock:
         while not missing.exists() and missing != missing.parent:
             self._created.append(missing)
             missing = missing.parent
-        self.run_dir.mkdir(parents=True, exist_ok=True)
-        self._handle = open(self.run_dir / self.NAME, "a")
+        try:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            self._handle = open(self.run_dir / self.NAME, "a")
+        except OSError as exc:  # what check_run_dir could not foresee (a read-only or virtual file system): one line
+            raise UserError(f"train.run_dir: cannot create {exc.filename or self.run_dir} "
+                            f"({exc.strerror or exc})") from None
         self.acquired = True
         if fcntl is None:
             self.warn(f"warning: no file locks on this platform: a second training into {self.run_dir} would not "

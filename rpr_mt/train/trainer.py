@@ -144,7 +144,7 @@ def _train(
     log = dd.log
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
-    check_run_dir(run_dir, t.tensorboard)
+    check_run_dir(run_dir, t.tensorboard, Path(cfg.data.output_dir))
     has_checkpoints = bool(ckpt.list_step_checkpoints(run_dir))  # until --overwrite below removes them
     if more_steps is not None and not has_checkpoints:
         raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")

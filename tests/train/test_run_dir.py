@@ -60,3 +60,33 @@ def test_paths_spelled_apart_are_the_same_setting(tmp_path, monkeypatch):
         assert run_dir.config_differences(old, config(output_dir, train_file)) == []
     assert run_dir.config_differences(old, config("data2", "c/train.en")) == ["data.output_dir: data1 -> data2"]
     assert len(run_dir.config_differences(old, config("data1", "c/other.en"))) == 1
+
+
+def test_a_run_directory_in_the_data_directory_is_refused_naming_both(tmp_path):
+    """train.run_dir equal to (or inside) data.output_dir ended in "data.output_dir ... exists and does not hold
+    prepared data": the directory train had just created, and not the cause."""
+    from rpr_mt.errors import UserError
+
+    data = tmp_path / "data"
+    for run in (data, data / "run", tmp_path / "data" / ".." / "data"):
+        with pytest.raises(UserError, match="train.run_dir .* data.output_dir .*: give the run and the prepared data "
+                                            "directories of their own"):
+            run_dir.check_run_dir(run, data_dir=data)
+    run_dir.check_run_dir(tmp_path / "run", data_dir=data)
+    run_dir.check_run_dir(tmp_path / "run", data_dir=tmp_path / "run" / "data")  # data kept inside the run: fine
+
+
+def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path, monkeypatch):
+    """mkdir failing where check_run_dir could not foresee it (/proc, a read-only mount) was a FileNotFoundError
+    traceback."""
+    from pathlib import Path
+
+    from rpr_mt.errors import UserError
+
+    def refuse(self, *args, **kwargs):
+        raise FileNotFoundError(2, "No such file or directory", str(self))
+
+    monkeypatch.setattr(Path, "mkdir", refuse)
+    with pytest.raises(UserError, match=r"^train.run_dir: cannot create .*run \(No such file or directory\)$"):
+        with RunDirLock(tmp_path / "run"):
+            pass
