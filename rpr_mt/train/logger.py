@@ -36,6 +36,32 @@ def end_cut_off_record(path: Path, say: Callable[[str], None]) -> None:
     say(f"{path}: dropped its cut-off last line ({len(data) - keep} bytes) before appending")
 
 
+def drop_records_after(path: Path, step: int, say: Callable[[str], None]) -> None:
+    """Drop the records of updates after ``step`` from ``path``: a run resumed from its checkpoint at ``step`` redoes
+    them, and a killed invocation's copies stayed beside the new ones (steps 250-400 twice after a kill at 400 and a
+    resume from 200), which a reader of the file (jq, pandas) takes as two runs' worth. Rewritten whole, then renamed
+    over it, as TensorBoard's purge_step does for the events."""
+    if not path.is_file():
+        return
+    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    kept = [line for line in lines if _step_of(line) <= step]
+    if len(kept) == len(lines):
+        return
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text("".join(kept), encoding="utf-8")
+    tmp.replace(path)
+    say(f"{path}: dropped {len(lines) - len(kept)} record(s) of updates after {step}, which this resume trains again")
+
+
+def _step_of(line: str) -> float:
+    """A record's update (a line that is not a record with one is kept: -inf)."""
+    try:
+        value = json.loads(line).get("step")
+    except (ValueError, AttributeError):
+        return float("-inf")
+    return value if isinstance(value, (int, float)) else float("-inf")
+
+
 class Logger:
     """tqdm bar on a terminal, plain lines otherwise; metrics.jsonl; TensorBoard scalars. Rank 0 only."""
 
@@ -48,6 +74,7 @@ class Logger:
         if not enabled:
             return
         end_cut_off_record(self.metrics_path, self.message)
+        drop_records_after(self.metrics_path, initial, self.message)
         use_bar = show_progress(progress)
         if use_bar:
             from tqdm import tqdm
@@ -62,7 +89,7 @@ class Logger:
                              "(pip install tensorboard, or set train.tensorboard=false)")
             else:
                 # A resumed run redoes the updates after its checkpoint: purge_step hides the killed invocation's
-                # events from there on, so each curve shows every update once (metrics.jsonl readers do the same)
+                # events from there on, so each curve shows every update once (drop_records_after: metrics.jsonl)
                 self.tensorboard = SummaryWriter(str(run_dir / "tensorboard"), purge_step=initial + 1)
 
     def message(self, text: str) -> None:

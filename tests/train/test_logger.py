@@ -71,3 +71,24 @@ def test_a_full_disk_stops_the_run_in_one_line_naming_the_file_and_the_latest_ch
                                         r"the run stops at update 6: its latest checkpoint is .*checkpoint_00000004.pt "
                                         r"\(free some space, then run the same command to resume\)$"):
         logger.record({"step": 6, "loss": 4.5})
+
+
+def test_a_resume_drops_the_records_of_the_updates_it_trains_again(tmp_path, capsys):
+    """Killed at update 4 after its checkpoint at 2, the run logged 3 and 4; resumed at 2 it logs them again, and
+    metrics.jsonl held both copies (jq and pandas read them as data)."""
+    path = tmp_path / "metrics.jsonl"
+    killed = Logger(tmp_path, enabled=True, progress=False, total=None, initial=0, tensorboard=False)
+    for step in (1, 2, 3, 4):
+        killed.record({"step": step, "loss": 10.0 - step})
+    killed.record({"step": 4, "dev_bleu": 1.0})
+    killed.close()
+    resumed = Logger(tmp_path, enabled=True, progress=False, total=None, initial=2, tensorboard=False)
+    for step in (3, 4, 5):
+        resumed.record({"step": step, "loss": 1.0 - step / 10})
+    resumed.close()
+    records = [json.loads(line) for line in path.read_text(encoding="utf-8").splitlines()]
+    assert [(r["step"], r["loss"]) for r in records] == [(1, 9.0), (2, 8.0), (3, 0.7), (4, 0.6), (5, 0.5)]
+    assert "dropped 3 record(s) of updates after 2" in capsys.readouterr().err
+    # a run started again from update 0 (killed before its first checkpoint) keeps none of the old records
+    Logger(tmp_path, enabled=True, progress=False, total=None, initial=0, tensorboard=False).close()
+    assert path.read_text(encoding="utf-8") == ""
