@@ -227,6 +227,7 @@ def train(
     from rpr_mt.train.trainer import train as run_training
 
     cfg = _config(config, set_)
+    _check_config_outside_new_run(config, cfg.train.run_dir, dry_run)
     with outlive_readers():  # a log reader that goes away must not end the run between checkpoints, nor its exit code
         result = run_training(cfg, overwrite=overwrite, dry_run=dry_run, progress=show_progress(progress),
                               more_steps=more_steps)
@@ -240,6 +241,21 @@ def train(
             # SIGTERM, 130 for Ctrl-C and for a DDP rank that stopped because another received the signal
             received = result.signal
             raise typer.Exit(128 + (signal.Signals[received].value if received else signal.SIGINT.value))
+
+
+def _check_config_outside_new_run(config: Optional[Path], run_dir: str, dry_run: bool) -> None:
+    """A config kept as the run directory's config.yaml, for a run not yet trained there: the run writes its resolved
+    config to that file, so it was refused as 'a run with a different config' (its defaults filled in), and under
+    --overwrite the user's file, comments and all, was replaced. (A trained run's own config.yaml given back as
+    --config resumes it: that is the file the run wrote.)"""
+    from rpr_mt.checkpoints import list_step_checkpoints
+
+    if config is None or dry_run:
+        return
+    saved = Path(run_dir) / "config.yaml"
+    if saved.is_file() and os.path.samefile(config, saved) and not list_step_checkpoints(run_dir):
+        raise UserError(f"--config {config} is train.run_dir's config.yaml, where the run writes its resolved config: "
+                        "keep your config outside the run directory (e.g. configs/) or choose another train.run_dir")
 
 
 @app.command(cls=_Command)

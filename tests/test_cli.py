@@ -926,3 +926,17 @@ def test_eval_bleu_on_a_run_without_its_data_names_the_prepare_command(tmp_path,
     monkeypatch.chdir(tmp_path)
     assert_one_line_error(run("eval-bleu", "--checkpoint", str(run_dir)),
                           f"prepare the data first (rpr-mt prepare --config {run_dir / 'config.yaml'})")
+
+
+def test_a_config_kept_as_a_new_runs_config_yaml_is_refused_not_replaced(tmp_path):
+    """The run writes its resolved config to run_dir/config.yaml: a user's own config kept there was refused as 'a
+    run with a different config' (defaults filled in), and --overwrite replaced it, comments and all."""
+    run_dir = tmp_path / "exp"
+    run_dir.mkdir()
+    config = run_dir / "config.yaml"
+    text = f"# my experiment\ntrain:\n  run_dir: {run_dir}\n  max_steps: 2\n"
+    config.write_text(text, encoding="utf-8")
+    for extra in ([], ["--overwrite"]):
+        assert_one_line_error(run("train", "--config", str(config), *extra),
+                              "is train.run_dir's config.yaml, where the run writes its resolved config")
+    assert config.read_text(encoding="utf-8") == text
