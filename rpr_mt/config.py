@@ -793,7 +793,8 @@ def _coerce(tp: Any, value: Any, key: str, origin: str) -> Any:
         return value
     if origin_tp is tuple:
         if not isinstance(value, (list, tuple)) or len(value) != len(args):
-            raise fail(f"a list of {len(args)} values")
+            # "(0.9, 0.98)" is a string to YAML: say how a list is written (on the command line: --set k=[a,b])
+            raise fail(f"a list of {len(args)} values in brackets ([{', '.join('abcdefgh'[:len(args)])}])")
         return tuple(_coerce(a, v, f"{key}[{i}]", origin) for i, (a, v) in enumerate(zip(args, value)))
     if origin_tp is list:
         if not isinstance(value, list):

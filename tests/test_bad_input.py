@@ -424,7 +424,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: unknown key in a split", lambda r: ["train", "--config", f"{r}/split_key.yaml"],
      "did you mean 'data.splits.train.src'"),
     ("train: pair of the wrong length", lambda r: ["train", "--config", f"{r}/betas.yaml"],
-     "train.adam_betas must be a list of 2 values"),
+     "train.adam_betas must be a list of 2 values in brackets ([a, b])"),
     ("train: fraction where an integer is due", lambda r: ["train", "--config", f"{r}/fraction.yaml"],
      "train.max_steps must be an integer"),
     ("train: fp16 on CPU", lambda r: ["train", "--config", f"{r}/fp16.yaml"], "'fp16' needs CUDA"),
