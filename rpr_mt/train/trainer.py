@@ -25,8 +25,9 @@ import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+import numpy as np
 import torch
 from torch import nn
 
@@ -240,6 +241,11 @@ def _train(
         f"{len(train_indices):,} training pairs" + (f" ({dropped:,} skipped: empty or a side over {cap})" if dropped else ""))
     log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
         f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")
+    too_long = _pairs_over(train_data, train_indices, t.max_tokens)
+    if too_long:  # each goes into a batch of its own, over the limit the line above promises
+        log(f"warning: {too_long:,} training pair(s) have a side longer than train.max_tokens ({t.max_tokens:,} "
+            "tokens with eos): each is a batch of its own, over that limit; raise train.max_tokens or cap the "
+            "pairs with data.max_train_tokens")
 
     optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
@@ -439,6 +445,14 @@ def _dry_run(cfg: Config, dd: Distributed) -> TrainResult:
         print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
               f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
     return TrainResult(Path(t.run_dir), 0, 0, "dry_run", None, None, count_parameters(model))
+
+
+def _pairs_over(data: Any, indices: Any, max_tokens: int) -> int:
+    """How many of the pairs ``indices`` have a side of more than ``max_tokens`` tokens with its eos (make_batches
+    gives each of them a batch of its own)."""
+    src = np.asarray(data.src_lengths)[indices] + 1
+    tgt = np.asarray(data.tgt_lengths)[indices] + 1
+    return int(np.count_nonzero((src > max_tokens) | (tgt > max_tokens)))
 
 
 def _off_grid_step(found: tuple[Path, dict] | None) -> int | None:

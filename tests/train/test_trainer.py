@@ -688,3 +688,14 @@ def test_an_interrupted_more_steps_run_says_how_to_reach_its_target(tmp_path, de
     rest = proc.stderr.read()
     assert proc.wait(timeout=300) == 128 + signal.SIGTERM
     assert "run it again with --set train.max_steps=100004 instead of --more-steps" in rest
+
+
+def test_pairs_longer_than_max_tokens_are_said_before_training(tmp_path, demo_data, capsys):
+    """train.max_tokens below a sentence's length: the log promised '<= 5 tokens per side per update' while every
+    batch held one pair of about 35 pieces, with nothing said."""
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 1, "max_tokens": 6})),
+          progress=False)
+    err = capsys.readouterr().err
+    assert re.search(r"warning: [\d,]+ training pair\(s\) have a side longer than train.max_tokens \(6 tokens", err)
+    train(config_from_dict(tiny(demo_data, tmp_path / "ok", train={"max_steps": 1})), progress=False)
+    assert "longer than train.max_tokens" not in capsys.readouterr().err
