@@ -65,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     try:
         from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
                                               render_output_lengths, render_study_table)
-        from rpr_mt.experiments.sweep import run_sweep
+        from rpr_mt.experiments.sweep import only_run_name, run_sweep
+        from rpr_mt.progress import outlive_readers
         from rpr_mt.experiments.tables import load_sweep
 
         if args.report:
@@ -107,8 +108,9 @@ def main(argv: list[str] | None = None) -> int:
                   + (" (sentence by sentence)" if args.split_sentences else ""),
                   file=sys.stderr, flush=True)
 
-        status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides, args.only,
-                           after_run=decode_long_sets)
+        with outlive_readers():  # a log reader that goes away must not end the runs (scripts/sweep.py)
+            status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides,
+                               [only_run_name(name, args.root) for name in args.only], after_run=decode_long_sets)
         if status == "signal":
             return 130
         if failed:
@@ -118,6 +120,9 @@ def main(argv: list[str] | None = None) -> int:
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside training (decoding the long sets): one line, not a traceback
+        print("interrupted; the same command resumes the study (a run's decoding starts again)", file=sys.stderr)
+        return 130
     return 0
 
 

@@ -21,8 +21,10 @@ from rpr_mt.host import sleep_waiting_openmp_threads
 sleep_waiting_openmp_threads()  # before torch loads: the runs train in this process (rpr_mt/host.py)
 
 from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.progress import outlive_readers  # noqa: E402
 from rpr_mt.experiments.sweep import (  # noqa: E402
-    PAPER_TABLES, TABLE_NAMES, check_plan, check_root, plan_runs, read_plan, run_config, run_state, run_sweep)
+    PAPER_TABLES, TABLE_NAMES, check_plan, check_root, only_run_name, plan_runs, read_plan, run_config, run_state,
+    run_sweep)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,7 +41,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--only", action="append", default=[], help="run only this run directory (repeatable)")
     parser.add_argument("--list", action="store_true", help="print one command per run and its state; run nothing")
     args = parser.parse_args(argv)
-    args.only = [name.rstrip("/") for name in args.only]  # base/seed1/, as a shell completes a directory
+    # base/seed1/ as a shell completes a directory, and ROOT/base/seed1 or ./base/seed1 as it completes a path
+    args.only = [only_run_name(name, args.root) for name in args.only]
     # given twice (--seeds 1 2 --seeds 2 3), a table or seed is planned once; --list prints each once
     args.tables = list(dict.fromkeys(args.tables or PAPER_TABLES))
     args.seeds = list(dict.fromkeys(args.seeds or [1, 2]))
@@ -64,10 +67,16 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"# {run.directory}: {state} ({cells})")
                 print(shlex.join(command))
             return 0
-        status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)
+        # a log reader that goes away (`| head`, a closed terminal's pager) must not end the runs between their
+        # checkpoints with exit 0, as BrokenPipeError below did; rpr-mt train outlives its readers the same way
+        with outlive_readers():
+            status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)
     except UserError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
+    except KeyboardInterrupt:  # Ctrl-C outside training (decoding a trained run): one line, not a traceback
+        print("interrupted; the same command resumes the sweep (a run's decoding starts again)", file=sys.stderr)
+        return 130
     return 130 if status == "signal" else 0
 
 

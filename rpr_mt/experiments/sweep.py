@@ -351,14 +351,22 @@ def _write_json(path: Path, value: Any) -> None:
         raise
 
 
+def only_run_name(only: str, root: str) -> str:
+    """A --only run as the sweep names it (``base/seed1``), from the path a shell completes: ``base/seed1/``, or the
+    run's path under ``root`` spelled any way (``ROOT/base/seed1``, ``./base/seed1`` from inside the root)."""
+    inside = os.path.relpath(os.path.abspath(only), os.path.abspath(root))
+    return (os.path.normpath(only) if inside.startswith("..") else inside).replace(os.sep, "/")
+
+
 def is_finished(cfg: Config) -> bool:
     path = Path(cfg.train.run_dir) / "result.json"
     if not path.is_file():
         return False
     try:
-        return json.loads(path.read_text(encoding="utf-8")).get("fingerprint") == config_fingerprint(cfg)
-    except json.JSONDecodeError:
+        result = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError):  # damaged: the run is done again and writes it anew
         return False
+    return isinstance(result, dict) and result.get("fingerprint") == config_fingerprint(cfg)
 
 
 # Without torch (--list imports none): rpr_mt.train.run_dir.RunDirLock.NAME and rpr_mt.checkpoints.STEP_PATTERN.

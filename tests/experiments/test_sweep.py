@@ -22,6 +22,7 @@ from rpr_mt.experiments.sweep import (
     comparable_config,
     config_fingerprint,
     is_finished,
+    only_run_name,
     plan_runs,
     recorded_decode,
     run_config,
@@ -384,3 +385,43 @@ def test_a_table_or_seed_named_twice_is_planned_once(base_config):
                                                                                    [2, 1], [])]
     base = next(run for run in runs if run.directory == "base/seed2")
     assert base.cells == [("positions", "relative"), ("clip", "k=4")]
+
+
+def test_only_takes_the_path_a_shell_completes(tmp_path, monkeypatch):
+    """--only ROOT/base/seed1 (completed from outside the root) was 'no such run in this sweep'."""
+    root = tmp_path / "sweeps" / "sw1"
+    monkeypatch.chdir(tmp_path)
+    for given in ("base/seed1", "base/seed1/", str(root / "base" / "seed1"), "sweeps/sw1/base/seed1/",
+                  "./sweeps/sw1/./base/seed1"):
+        assert only_run_name(given, "sweeps/sw1") == "base/seed1"
+    root.mkdir(parents=True)
+    monkeypatch.chdir(root)
+    assert only_run_name("./base/seed1", ".") == "base/seed1"
+    assert only_run_name("bse/seed1", str(root)) == "bse/seed1"  # still refused by name, as a typo
+
+
+def test_a_damaged_result_is_a_run_to_do_again_not_a_traceback(base_config, tmp_path):
+    """A result.json holding valid JSON that is not an object, or bytes that are not UTF-8, ended --list and the
+    sweep in a traceback (AttributeError, UnicodeDecodeError); a cut-off one was already a run to do again."""
+    (run,) = [r for r in plan_runs(base_config, ["positions"], [1], []) if r.directory == "base/seed1"]
+    cfg = run_config(base_config, [], run, tmp_path)
+    path = Path(cfg.train.run_dir) / "result.json"
+    path.parent.mkdir(parents=True)
+    for content in (b"[]", b"\xff\xfe{", b'{"fingerprint": '):
+        path.write_bytes(content)
+        assert not is_finished(cfg) and run_state(cfg) == "to do"
+
+
+def test_a_sweep_whose_log_reader_goes_away_finishes_its_run(base_config, tmp_path):
+    """`sweep.py ... 2>&1 | head -3`: the next log line raised BrokenPipeError, which the handler meant for
+    `--list | head` turned into exit 0, with the run neither trained to the end nor decoded."""
+    root = tmp_path / "root"
+    proc = subprocess.Popen(
+        [sys.executable, "scripts/sweep.py", str(base_config), "--root", str(root), "--tables", "positions",
+         "--seeds", "1", "--only", "base/seed1"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    for _ in range(3):
+        proc.stderr.readline()
+    proc.stderr.close()
+    assert proc.wait(timeout=300) == 0
+    assert (root / "base" / "seed1" / "result.json").is_file()
