@@ -383,9 +383,25 @@ def run_state(cfg: Config) -> str:
     run_dir = Path(cfg.train.run_dir)
     if held_by_another(run_dir) or held_by_another(run_dir / _TRAIN_LOCK):
         return "running now"
-    steps = [int(m.group(1)) for p in (run_dir / "checkpoints").glob("checkpoint_*.pt")
+    newest = _newest_checkpoint_step(cfg)
+    if newest is None:
+        return "to do"
+    if _trained(cfg, newest):
+        return f"trained to update {newest}: decodes it"
+    return f"started: resumes from update {newest}"
+
+
+def _newest_checkpoint_step(cfg: Config) -> int | None:
+    """The update of the run's newest numbered checkpoint (read from the names: no torch), if it has one."""
+    steps = [int(m.group(1)) for p in (Path(cfg.train.run_dir) / "checkpoints").glob("checkpoint_*.pt")
              if (m := _STEP_CHECKPOINT.search(p.name))]
-    return f"started: resumes from update {max(steps)}" if steps else "to do"
+    return max(steps) if steps else None
+
+
+def _trained(cfg: Config, newest: int | None) -> bool:
+    """Whether a checkpoint at update ``newest`` ends the run's training (max_steps reached), so that the next job
+    only decodes it: --list said 'resumes from update 6' and the job 'training' for a run trained to its end."""
+    return newest is not None and cfg.train.max_steps is not None and newest >= cfg.train.max_steps
 
 
 @contextlib.contextmanager
@@ -517,7 +533,9 @@ def run_sweep(
                 if is_finished(cfg):  # by another job, between the check above and the lock
                     log(f"[{index}/{len(runs)}] {run.directory}: finished by another job, skipped ({cells})")
                 else:
-                    log(f"[{index}/{len(runs)}] {run.directory}: training ({cells})")
+                    newest = _newest_checkpoint_step(cfg)
+                    doing = f"trained to update {newest}, decoding" if _trained(cfg, newest) else "training"
+                    log(f"[{index}/{len(runs)}] {run.directory}: {doing} ({cells})")
                     record = execute_run(cfg, run, log)
                     if record is None:
                         log(f"{run.directory}: stopped by a signal; run the same command again to resume")

@@ -172,10 +172,11 @@ def test_list_says_which_runs_are_running_now_and_which_were_started(base_config
     assert run_state(cfg) == "to do"
     checkpoints = run_dir / "checkpoints"
     checkpoints.mkdir(parents=True)
-    for step in (250, 500):
+    assert cfg.train.max_steps == 12
+    for step in (4, 8):
         (checkpoints / f"checkpoint_{step:08d}.pt").write_bytes(b"")
     (checkpoints / "checkpoint_best.pt").write_bytes(b"")
-    assert run_state(cfg) == "started: resumes from update 500"
+    assert run_state(cfg) == "started: resumes from update 8"
     with RunDirLock(run_dir) as lock:  # a training (`rpr-mt train` into it, or a job's)
         assert lock.acquired and run_state(cfg) == "running now"
     with sweep_module._holding_run(run_dir):  # a job preparing or decoding it
@@ -183,7 +184,7 @@ def test_list_says_which_runs_are_running_now_and_which_were_started(base_config
         with pytest.raises(UserError, match="being run by another sweep job"):
             with sweep_module._holding_run(run_dir):
                 pass
-    assert run_state(cfg) == "started: resumes from update 500"
+    assert run_state(cfg) == "started: resumes from update 8"
     for held in (run_dir, run_dir / RunDirLock.NAME):  # the probes leave no lock behind
         fd = os.open(held, os.O_RDONLY)
         try:
@@ -191,6 +192,9 @@ def test_list_says_which_runs_are_running_now_and_which_were_started(base_config
         finally:
             os.close(fd)
     assert sorted(p.name for p in run_dir.parent.iterdir()) == [run_dir.name]  # no lock file beside the run
+    # trained to its max_steps but not decoded (a job stopped while decoding): the next job only decodes it
+    (checkpoints / f"checkpoint_{cfg.train.max_steps:08d}.pt").write_bytes(b"")
+    assert run_state(cfg) == f"trained to update {cfg.train.max_steps}: decodes it"
 
 
 def _raw(cfg) -> dict:
