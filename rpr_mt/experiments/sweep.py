@@ -276,6 +276,13 @@ def check_base_settings(plan: dict[str, Any] | None, root: str | Path, config_pa
                                                   if _setting(base, key) is _MISSING]
         shown = ", ".join(f"{key}: {_shown(_setting(recorded, key))} -> {_shown(_setting(base, key))}"
                           for key, _ in changes[:3])
+        planned_by = (plan or {}).get("config")
+        if planned_by is not None and os.path.abspath(planned_by) != os.path.abspath(config_path):
+            # another file than the one the root was planned with: not an edit to restore
+            raise UserError(
+                f"{root} holds a sweep planned with {planned_by}, whose settings differ from {config_path}'s (with "
+                f"their overrides: {shown}{', ...' if len(changes) > 3 else ''}): start this sweep in another --root"
+            )
         raise UserError(
             f"{config_path} (with its overrides) changed since this sweep planned its runs in {root} ({shown}"
             f"{', ...' if len(changes) > 3 else ''}): the runs there were trained with the settings before; restore "

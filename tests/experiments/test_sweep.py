@@ -284,6 +284,13 @@ def test_a_base_config_edited_since_the_plan_is_one_error_naming_the_change(base
     with pytest.raises(UserError, match=rf"changed since this sweep planned its runs .*\(train\.peak_lr: {before} -> "
                                         r"0\.00123\): .*another --root"):
         write_plan(root, config, [], plan_runs(config, ["positions"], [1], []))
+    # another file with other settings is not an edit of the root's config to restore
+    other = tmp_path / "other.yaml"
+    other.write_text(config.read_text(encoding="utf-8"), encoding="utf-8")
+    with pytest.raises(UserError, match=rf"{root} holds a sweep planned with {config}, whose settings differ from "
+                                        rf"{other}'s .*train\.peak_lr: {before} -> 0\.00123.*: start this sweep in "
+                                        r"another --root"):
+        write_plan(root, other, [], plan_runs(other, ["positions"], [1], []))
 
 
 def test_a_mistyped_only_leaves_the_root_untouched(base_config, tmp_path):
