@@ -345,7 +345,7 @@ def test_the_base_config_by_another_spelling_or_an_identical_copy_is_the_same_sw
     plan = json.loads((root / "plan.json").read_text())
     assert plan["config"] == base_config.name and set(plan["runs"]) >= {"base/seed1", "base/seed2"}
     copy.write_text(copy.read_text(encoding="utf-8").replace("peak_lr:", "peak_lr: 0.00123 #"), encoding="utf-8")
-    with pytest.raises(UserError, match="changed since this sweep planned its runs"):
+    with pytest.raises(UserError, match="holds a sweep planned with base.yaml, whose settings differ from"):
         write_plan(root, copy, [], plan_runs(base_config, ["positions"], [1], []))
     legacy = json.loads((root / "plan.json").read_text())
     del legacy["base_settings"]  # a plan from before settings were recorded: the file must be the same
