@@ -74,6 +74,10 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--metric chooses the BLEU of --paired-bootstrap; give that too")
     if args.baseline is not None and not args.paired_bootstrap:
         parser.error("--baseline chooses the comparison of --paired-bootstrap; give that too")
+    if args.prefix and not args.plots:  # the others given alone are refused too: nothing would read them
+        parser.error("--prefix names the files of --plots; give that too")
+    if args.data_dir is not None and not (args.paired_bootstrap or args.by_length):
+        parser.error("--data-dir is where --paired-bootstrap and --by-length read the references; give one of them")
     try:
         check_outputs(args.root, args.out, args.plots)
         sweep = load_sweep(args.root)

@@ -37,6 +37,12 @@ def test_paired_bootstrap_without_a_base_run_still_writes_the_tables_and_plots(t
     with pytest.raises(SystemExit):
         aggregate.main([str(tmp_path / "sweep"), "--baseline", "absolute"])
     assert "--baseline chooses the comparison of --paired-bootstrap" in capsys.readouterr().err
+    # --prefix without --plots and --data-dir without a section that reads references were ignored without a word
+    for alone, said in ((["--prefix", "x_"], "--prefix names the files of --plots"),
+                        (["--data-dir", str(tmp_path)], "--data-dir is where --paired-bootstrap and --by-length")):
+        with pytest.raises(SystemExit):
+            aggregate.main([str(tmp_path / "sweep"), *alone])
+        assert said in capsys.readouterr().err
 
 
 def test_a_sweep_with_nothing_finished_is_reported_with_its_sections_not_computed(tmp_path, capsys):
