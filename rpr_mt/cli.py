@@ -521,10 +521,12 @@ def eval_bleu(
         # scored as it is, raw text met tokenized text: a literature BLEU of 36 where the right one was 62, silently
         for path, lines in ((hyp, hypotheses), (ref, references)):
             _refuse_raw_as_pretokenized(path, lines)
-    from rpr_mt.evaluate import looks_untokenized
+    from rpr_mt.evaluate import looks_untokenized, reads_as_raw
 
     if checkpoint is not None and pretokenized:
-        if any(looks_untokenized(line) for line in references):  # a raw --ref, e.g. Multi30k's test.de.gz
+        # a raw --ref, e.g. Multi30k's test.de.gz; not any raw-looking line: the tok/ dev reference has 3 (ca. 120 cm),
+        # and that re-tokenized the model's own reference, lowering its literature BLEU (41.12 for 41.76)
+        if reads_as_raw(references):
             # scored as it is, it met the model's tokenized text: literature BLEU 0 instead of the model's score
             pretokenized = False
             _stderr(f"note: {ref} is raw text and this model translates into Multi30k's tokenized text: the "
@@ -532,26 +534,22 @@ def eval_bleu(
                     "sacreBLEU and chrF compare the tokenized translations with the raw reference")
     scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
                    ref_name=str(ref))
-    from rpr_mt.evaluate import all_look_tokenized
+    from rpr_mt.evaluate import reads_as_tokenized
 
-    if checkpoint is None and not pretokenized and all_look_tokenized(hypotheses) and all_look_tokenized(references):
+    if checkpoint is None and not pretokenized and reads_as_tokenized(hypotheses) and reads_as_tokenized(references):
         # (sacreBLEU said so in three lines, advising to detokenize: the literature scores this text as it is)
         _stderr(f"note: {hyp} and {ref} both look like Multi30k's lowercased, Moses-tokenized text: the Multi30k lit. "
                 "BLEU scores them as they are; the tokenized BLEU tokenizes them again (--pretokenized: as they are)")
     if checkpoint is None and not pretokenized:  # once scored: no warning before a one-line error
         # a tok model's translations (translate writes them tokenized) against raw references: sacreBLEU, chrF and
         # the tokenized BLEU compare lowercased, tokenized text with cased, raw text, and look like a failed model
-        raw_refs = sum(1 for line in references if looks_untokenized(line))
-        if raw_refs > len(references) / 2 and any(line.strip() for line in hypotheses) \
-                and not any(looks_untokenized(line) for line in hypotheses):
+        if reads_as_raw(references) and reads_as_tokenized(hypotheses):
             _stderr(f"warning: {hyp} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text: "
                     "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
                     "the references and is the comparable number (or score against the tok/ reference with "
                     "--pretokenized)")
-        elif raw_refs < len(references) / 2 and sum(1 for line in hypotheses if looks_untokenized(line)) \
-                > len(hypotheses) / 2:
-            # the other way round: raw (e.g. detokenized) translations against Multi30k's tok/ reference (a few of
-            # whose lines look raw: an abbreviation's full stop, "ca. 120 cm")
+        elif reads_as_tokenized(references) and reads_as_raw(hypotheses):
+            # the other way round: raw (e.g. detokenized) translations against Multi30k's tok/ reference
             _stderr(f"warning: {ref} looks like Multi30k's lowercased, Moses-tokenized text and {hyp} like raw text: "
                     "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
                     "the hypotheses and is the comparable number")
@@ -564,12 +562,13 @@ def eval_bleu(
 
 
 def _refuse_raw_as_pretokenized(path: Path, lines: List[str]) -> None:
-    """--pretokenized says both files are Multi30k's tokenized text: refuse one that mostly looks raw (a few lines of
-    the tok/ files do, e.g. an abbreviation's full stop: ``ca. 120 cm``), naming its first such line."""
-    from rpr_mt.evaluate import looks_untokenized
+    """--pretokenized says both files are Multi30k's tokenized text: refuse one that reads as raw (``reads_as_raw``:
+    a few lines of the tok/ files look raw, e.g. an abbreviation's full stop: ``ca. 120 cm``), naming its first such
+    line."""
+    from rpr_mt.evaluate import reads_as_raw, raw_looking_lines
 
-    raw = [number for number, line in enumerate(lines, 1) if line.strip() and looks_untokenized(line)]
-    if len(raw) > sum(1 for line in lines if line.strip()) / 2:
+    if reads_as_raw(lines):
+        raw = raw_looking_lines(lines)
         raise UserError(f"{path}: --pretokenized, but {len(raw)} of {len(lines)} lines look like raw text (line "
                         f"{raw[0]}: a capital letter, a bare quote or punctuation attached to a word); without "
                         "--pretokenized the literature's BLEU tokenizes it as Multi30k's script does")

@@ -162,11 +162,12 @@ def test_eval_bleu_refuses_raw_text_called_pretokenized_and_warns_of_raw_hypothe
                               f"{raw_side}: --pretokenized, but 2 of 2 lines look like raw text (line 1")
     assert_one_line_error(run("eval-bleu", "--hyp", str(ref), "--ref", str(tok), "--pretokenized"),
                           f"{ref}: --pretokenized, but 2 of 2 lines look like raw text")
-    # one raw-looking line of the tok/ files (an abbreviation's full stop) is still tokenized text
-    tok.write_text("zwei menschen halten einen globus von ca. 120 cm .\nzwei hunde spielen .\nein kind läuft .\n",
-                   encoding="utf-8")
+    # one raw-looking line of the tok/ files (an abbreviation's full stop) among many is still tokenized text
+    tok.write_text("zwei menschen halten einen globus von ca. 120 cm .\n"
+                   + "".join(f"{i} hunde spielen .\n" for i in range(10)), encoding="utf-8")
     assert run("eval-bleu", "--hyp", str(tok), "--ref", str(tok), "--pretokenized").exit_code == 0
-    ref.write_text("Zwei Menschen halten einen Globus.\nZwei Hunde spielen.\nEin Kind läuft.\n", encoding="utf-8")
+    ref.write_text("Zwei Menschen halten einen Globus.\n" + "".join(f"{i} Hunde spielen.\n" for i in range(10)),
+                   encoding="utf-8")
     result = run("eval-bleu", "--hyp", str(ref), "--ref", str(tok), "--json")
     assert result.exit_code == 0, result.output
     assert f"warning: {tok} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text" \
@@ -643,11 +644,15 @@ def test_eval_bleu_of_a_tokenized_multi30k_model_against_a_raw_reference(tmp_pat
     ckpt.save_checkpoint(payload, model)
     data.mkdir()
     (data / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}))
-    (data / "test.en").write_text("a child with the number &quot; 93 &quot; skis .\ntwo dogs play .\n")
-    tokenized = ["ein kind mit der nummer &quot; 93 &quot; fährt ski .", "zwei hunde spielen ."]
+    # the tok/ files' few raw-looking lines (an abbreviation's full stop): one such line took the model's own
+    # reference (and its translations) for raw text and tokenized them again (dev 41.12 for 41.76)
+    tokenized = ["ein kind mit der nummer &quot; 93 &quot; fährt ski .", "ein globus von ca. 120 cm ."] + [
+        f"{i} hunde spielen ." for i in range(10)]
+    (data / "test.en").write_text("".join(f"source {i} .\n" for i in range(len(tokenized))))
     (data / "test.de").write_text("\n".join(tokenized) + "\n")
     raw = tmp_path / "test.de"
-    raw.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nZwei Hunde spielen.\n')
+    raw.write_text('Ein Kind mit der Nummer "93" fährt Ski.\nEin Globus von ca. 120 cm.\n'
+                   + "".join(f"{i} Hunde spielen.\n" for i in range(10)))
     monkeypatch.setattr(translate, "translate_lines", lambda *args, **kwargs: list(tokenized))
     result = run("eval-bleu", "--checkpoint", str(model), "--json")  # the split's own (tokenized) reference
     assert result.exit_code == 0, result.output
