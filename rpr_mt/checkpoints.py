@@ -38,7 +38,7 @@ from rpr_mt.config import Config, config_from_dict, model_settings_read, yaml_va
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
-from rpr_mt.host import new_file_mode
+from rpr_mt.host import give_new_file_mode
 from rpr_mt.model.upgrade import upgrade_state_dict
 
 if TYPE_CHECKING:
@@ -96,7 +96,7 @@ def save_checkpoint(payload: dict[str, Any], path: str | Path) -> None:
         raise UserError(f"cannot write {path} ({exc.strerror or exc})") from None
     try:
         with os.fdopen(fd, "wb") as handle:
-            os.fchmod(handle.fileno(), new_file_mode())
+            give_new_file_mode(handle.fileno())
             torch.save(payload, handle)
             handle.flush()
             os.fsync(handle.fileno())

@@ -212,8 +212,9 @@ def train(
     config: Optional[Path] = ConfigOption,
     set_: Optional[List[str]] = SetOption,
     overwrite: bool = typer.Option(
-        False, "--overwrite", help="Delete the run in run_dir (checkpoints, metrics, TensorBoard events) and start over, whatever its config; "
-        "deleted once the new config's data and model are made, so an input error leaves it as it was."),
+        False, "--overwrite",
+        help="Delete the run in run_dir (checkpoints, metrics, TensorBoard events) and start over, whatever its "
+        "config; deleted once the new config's data and model are made, so an input error leaves it as it was."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Print the model, parameter count and tokens per update."),
     progress: Optional[bool] = typer.Option(
         None, "--progress/--no-progress",
@@ -438,8 +439,8 @@ def eval_bleu(
     pretokenized: bool = typer.Option(
         False, "--pretokenized",
         help="--hyp and --ref are already Multi30k's lowercased, normalized, tokenized text (its tok/ files): score "
-        "the literature's BLEU on them as they are; a file most of whose lines look raw is refused (with "
-        "--checkpoint: decided by the model's data.multi30k_text; a raw --ref is tokenized)."),
+        "the literature's BLEU on them as they are; a file that reads as raw (10% or more of its lines look raw) is "
+        "refused (with --checkpoint: decided by the model's data.multi30k_text; a raw --ref is tokenized)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
     device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
     progress: Optional[bool] = ProgressOption,
@@ -521,7 +522,7 @@ def eval_bleu(
         # scored as it is, raw text met tokenized text: a literature BLEU of 36 where the right one was 62, silently
         for path, lines in ((hyp, hypotheses), (ref, references)):
             _refuse_raw_as_pretokenized(path, lines)
-    from rpr_mt.evaluate import looks_untokenized, reads_as_raw
+    from rpr_mt.evaluate import reads_as_raw
 
     if checkpoint is not None and pretokenized:
         # a raw --ref, e.g. Multi30k's test.de.gz; not any raw-looking line: the tok/ dev reference has 3 (ca. 120 cm),
@@ -679,9 +680,14 @@ def export_command(
 def _prepare_command(checkpoint: Path) -> str:
     """The command that prepares a model's data: with the config.yaml of its run directory (the checkpoint's, or the
     one holding it in checkpoints/), where there is one."""
-    run_dir = checkpoint if checkpoint.is_dir() else checkpoint.parent.parent
-    config = run_dir / "config.yaml"
-    return f"rpr-mt prepare --config {config}" if config.is_file() else "rpr-mt prepare with the config it was trained by"
+    if checkpoint.is_dir():
+        run_dir: Optional[Path] = checkpoint
+    else:  # a file in a run's checkpoints/, or one alone (model.pt), whose parent is no run
+        run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    config = run_dir / "config.yaml" if run_dir is not None else None
+    if config is not None and config.is_file():
+        return f"rpr-mt prepare --config {config}"
+    return "rpr-mt prepare with the config it was trained by"
 
 
 def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, ref: Optional[Path],

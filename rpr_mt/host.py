@@ -67,6 +67,17 @@ def sleep_waiting_openmp_threads() -> None:
     os.environ["OMP_WAIT_POLICY"] = "PASSIVE"
 
 
+def give_new_file_mode(fd: int) -> None:
+    """Give the file open as ``fd`` (an atomic write's mkstemp temporary) ``new_file_mode``: where there is no fchmod
+    (Windows before Python 3.13) or the file system refuses it (some network mounts), the file keeps its mode
+    rather than the write failing."""
+    if hasattr(os, "fchmod"):
+        try:
+            os.fchmod(fd, new_file_mode())
+        except OSError:
+            pass
+
+
 def new_file_mode() -> int:
     """The mode ``open`` gives a new file under this process's umask (0o644 under 0o022). ``tempfile.mkstemp``, which
     the atomic writes use, makes 0o600 whatever the umask: a checkpoint that others on a shared machine could not

@@ -18,6 +18,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import sys
 from pathlib import Path
@@ -62,67 +63,71 @@ def main(argv: list[str] | None = None) -> int:
         parser.error(f"{', '.join(report_only)} go(es) with --report (which trains nothing); add --report")
     if args.plot and Path(args.plot).suffix.lower() not in (".png", ".pdf", ".svg"):  # else found after the tables
         parser.error(f"--plot {args.plot}: give a .png, .pdf or .svg file")
-    try:
-        from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
-                                              render_output_lengths, render_study_table)
-        from rpr_mt.experiments.sweep import only_run_name, run_sweep
-        from rpr_mt.progress import outlive_readers
-        from rpr_mt.experiments.tables import load_sweep
+    from rpr_mt.progress import outlive_readers
 
-        if args.report:
-            if args.plot:  # written after the tables: a place it cannot go is said before them
-                check_creatable_directory(Path(args.plot).parent, f"--plot {args.plot}: its directory")
-            sweep = load_sweep(args.root)
-            if not any(table == "schemes" for table, _ in sweep.cells):
-                raise UserError(f"{args.root} holds no position-study runs (its plan has no 'schemes' cells); "
-                                "the paper's tables of scripts/sweep.py are read by scripts/aggregate.py")
-            speeds = None
-            if args.speed_json:
+    # a log reader that goes away must not end the runs, nor the error lines (scripts/sweep.py); a report is read whole
+    with contextlib.nullcontext() if args.report else outlive_readers():
+        try:
+            from rpr_mt.experiments.study import (evaluate_long, plot_study, render_bootstrap, render_bucket_table,
+                                                  render_output_lengths, render_study_table)
+            from rpr_mt.experiments.sweep import only_run_name, run_sweep
+            from rpr_mt.experiments.tables import load_sweep
+
+            if args.report:
+                if args.plot:  # written after the tables: a place it cannot go is said before them
+                    check_creatable_directory(Path(args.plot).parent, f"--plot {args.plot}: its directory")
+                sweep = load_sweep(args.root)
+                if not any(table == "schemes" for table, _ in sweep.cells):
+                    raise UserError(f"{args.root} holds no position-study runs (its plan has no 'schemes' cells); "
+                                    "the paper's tables of scripts/sweep.py are read by scripts/aggregate.py")
+                speeds = None
+                if args.speed_json:
+                    try:
+                        speeds = json.loads(Path(args.speed_json).read_text(encoding="utf-8"))["cells"]
+                    except (OSError, ValueError, KeyError) as exc:
+                        raise UserError(f"--speed-json {args.speed_json}: cannot read the benchmark's cells "
+                                        f"({exc})") from None
+                print(render_study_table(sweep, speeds))
+                print(render_bucket_table(sweep))
+                if args.plot:
+                    print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
+                if args.bootstrap:
+                    print(render_bootstrap(sweep, data_dir=args.data_dir, baseline=args.baseline))
+                if args.lengths:
+                    print(render_output_lengths(sweep, data_dir=args.data_dir))
+                return 0
+
+            failed: list[str] = []
+
+            def decode_long_sets(cfg) -> None:
+                # Each run's long sets right after it trains: a finished run is then complete, ready to commit
+                # (results/).
                 try:
-                    speeds = json.loads(Path(args.speed_json).read_text(encoding="utf-8"))["cells"]
-                except (OSError, ValueError, KeyError) as exc:
-                    raise UserError(f"--speed-json {args.speed_json}: cannot read the benchmark's cells ({exc})") from None
-            print(render_study_table(sweep, speeds))
-            print(render_bucket_table(sweep))
-            if args.plot:
-                print(f"wrote {plot_study(sweep, args.plot)}", file=sys.stderr)
-            if args.bootstrap:
-                print(render_bootstrap(sweep, data_dir=args.data_dir, baseline=args.baseline))
-            if args.lengths:
-                print(render_output_lengths(sweep, data_dir=args.data_dir))
-            return 0
+                    record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True),
+                                           split=args.split_sentences)
+                except UserError as err:  # e.g. a run from results/ whose hypotheses are incomplete and weights absent
+                    print(f"error: {cfg.train.run_dir}: long sets not evaluated: {err}", file=sys.stderr, flush=True)
+                    failed.append(str(cfg.train.run_dir))
+                    return
+                x4 = record["sets"]["test.x4"]
+                print(f"{cfg.train.run_dir}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}"
+                      + (" (sentence by sentence)" if args.split_sentences else ""),
+                      file=sys.stderr, flush=True)
 
-        failed: list[str] = []
-
-        def decode_long_sets(cfg) -> None:
-            # Each run's long sets right after it trains: a finished run is then complete, ready to commit (results/).
-            try:
-                record = evaluate_long(cfg, log=lambda text: print(text, file=sys.stderr, flush=True),
-                                       split=args.split_sentences)
-            except UserError as err:  # e.g. a run from results/ whose hypotheses are incomplete and weights absent
-                print(f"error: {cfg.train.run_dir}: long sets not evaluated: {err}", file=sys.stderr, flush=True)
-                failed.append(str(cfg.train.run_dir))
-                return
-            x4 = record["sets"]["test.x4"]
-            print(f"{cfg.train.run_dir}: test x4 BLEU {x4['bleu']:.2f}, length ratio {x4['length_ratio']:.3f}"
-                  + (" (sentence by sentence)" if args.split_sentences else ""),
-                  file=sys.stderr, flush=True)
-
-        with outlive_readers():  # a log reader that goes away must not end the runs (scripts/sweep.py)
             status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides,
                                [only_run_name(name, args.root) for name in args.only], after_run=decode_long_sets)
-        if status == "signal":
+            if status == "signal":
+                return 130
+            if failed:
+                print(f"error: {len(failed)} run(s) without long-set results (above); the others are done",
+                      file=sys.stderr)
+                return 1
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Ctrl-C outside training (decoding the long sets): one line, not a traceback
+            print("interrupted; the same command resumes the study (a run's decoding starts again)", file=sys.stderr)
             return 130
-        if failed:
-            print(f"error: {len(failed)} run(s) without long-set results (above); the others are done",
-                  file=sys.stderr)
-            return 1
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C outside training (decoding the long sets): one line, not a traceback
-        print("interrupted; the same command resumes the study (a run's decoding starts again)", file=sys.stderr)
-        return 130
     return 0
 
 

@@ -12,6 +12,7 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shlex
 import sys
@@ -46,37 +47,38 @@ def main(argv: list[str] | None = None) -> int:
     # given twice (--seeds 1 2 --seeds 2 3), a table or seed is planned once; --list prints each once
     args.tables = list(dict.fromkeys(args.tables or PAPER_TABLES))
     args.seeds = list(dict.fromkeys(args.seeds or [1, 2]))
-    try:
-        if args.list:
-            check_root(args.root, create=False)  # the commands it prints would all fail on a file
-            check_plan(read_plan(args.root), args.root, args.config, args.overrides)  # as running it would
-            runs = plan_runs(args.config, args.tables, args.seeds, args.overrides)
-            unknown = sorted(set(args.only) - {run.directory for run in runs})
-            if unknown:
-                raise UserError(f"--only {', '.join(unknown)}: no such run in this sweep (--list without --only "
-                                "lists them)")
-            script = os.path.relpath(__file__)  # the commands work from where this one was run
-            for run in runs:
-                if args.only and run.directory not in args.only:
-                    continue
-                state = run_state(run_config(args.config, args.overrides, run, args.root))
-                command = ["python3", script, args.config, "--root", args.root, "--tables", *args.tables,
-                           "--seeds", *map(str, args.seeds), *(f"--set={o}" for o in args.overrides),
-                           "--only", run.directory]
-                cells = ", ".join(f"{t} {label}" for t, label in run.cells)
-                print(f"# {run.directory}: {state} ({cells})")
-                print(shlex.join(command))
-            return 0
-        # a log reader that goes away (`| head`, a closed terminal's pager) must not end the runs between their
-        # checkpoints with exit 0, as BrokenPipeError below did; rpr-mt train outlives its readers the same way
-        with outlive_readers():
+    # A log reader that goes away (`| head`, a closed terminal's pager) must not end the runs between their
+    # checkpoints with exit 0, as BrokenPipeError below did, nor turn an error's line into exit 0: rpr-mt train
+    # outlives its readers the same way. (--list | head: the reader has what it wanted, below.)
+    with contextlib.nullcontext() if args.list else outlive_readers():
+        try:
+            if args.list:
+                check_root(args.root, create=False)  # the commands it prints would all fail on a file
+                check_plan(read_plan(args.root), args.root, args.config, args.overrides)  # as running it would
+                runs = plan_runs(args.config, args.tables, args.seeds, args.overrides)
+                unknown = sorted(set(args.only) - {run.directory for run in runs})
+                if unknown:
+                    raise UserError(f"--only {', '.join(unknown)}: no such run in this sweep (--list without --only "
+                                    "lists them)")
+                script = os.path.relpath(__file__)  # the commands work from where this one was run
+                for run in runs:
+                    if args.only and run.directory not in args.only:
+                        continue
+                    state = run_state(run_config(args.config, args.overrides, run, args.root))
+                    command = ["python3", script, args.config, "--root", args.root, "--tables", *args.tables,
+                               "--seeds", *map(str, args.seeds), *(f"--set={o}" for o in args.overrides),
+                               "--only", run.directory]
+                    cells = ", ".join(f"{t} {label}" for t, label in run.cells)
+                    print(f"# {run.directory}: {state} ({cells})")
+                    print(shlex.join(command))
+                return 0
             status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)
-    except UserError as err:
-        print(f"error: {err}", file=sys.stderr)
-        return 2
-    except KeyboardInterrupt:  # Ctrl-C outside training (decoding a trained run): one line, not a traceback
-        print("interrupted; the same command resumes the sweep (a run's decoding starts again)", file=sys.stderr)
-        return 130
+        except UserError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        except KeyboardInterrupt:  # Ctrl-C outside training (decoding a trained run): one line, not a traceback
+            print("interrupted; the same command resumes the sweep (a run's decoding starts again)", file=sys.stderr)
+            return 130
     return 130 if status == "signal" else 0
 
 

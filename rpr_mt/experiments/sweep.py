@@ -35,7 +35,7 @@ from typing import Any, Callable, Iterable, Iterator
 
 from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
-from rpr_mt.host import new_file_mode
+from rpr_mt.host import give_new_file_mode
 from rpr_mt.locks import held_by_another, locked_directory
 from rpr_mt.provenance import code_version
 
@@ -276,8 +276,8 @@ def check_base_settings(plan: dict[str, Any] | None, root: str | Path, config_pa
                                                   if _setting(base, key) is _MISSING]
         shown = ", ".join(f"{key}: {_shown(_setting(recorded, key))} -> {_shown(_setting(base, key))}"
                           for key, _ in changes[:3])
-        planned_by = (plan or {}).get("config")
-        if planned_by is not None and os.path.abspath(planned_by) != os.path.abspath(config_path):
+        planned_by = (plan or {}).get("config")  # as it was typed: compared where it names a file from here
+        if planned_by is not None and Path(planned_by).is_file() and not os.path.samefile(planned_by, config_path):
             # another file than the one the root was planned with: not an edit to restore
             raise UserError(
                 f"{root} holds a sweep planned with {planned_by}, whose settings differ from {config_path}'s (with "
@@ -350,7 +350,7 @@ def _write_json(path: Path, value: Any) -> None:
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:
         with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            os.fchmod(handle.fileno(), new_file_mode())  # mkstemp's 0o600 would hide result.json from others
+            give_new_file_mode(handle.fileno())  # mkstemp's 0o600 would hide result.json from others
             handle.write(json.dumps(value, indent=2) + "\n")
         os.replace(tmp, path)
     except BaseException:
@@ -383,8 +383,8 @@ _STEP_CHECKPOINT = re.compile(r"checkpoint_(\d+)\.pt$")
 
 def run_state(cfg: Config) -> str:
     """What ``--list`` says of a run: finished; running now (a sweep job holds the run, or a training its run
-    directory: the same command again would be refused); started (its newest checkpoint, where the next job
-    resumes); or to do. A cluster user reads it to know which commands to launch."""
+    directory: the same command again would be refused); trained (to its max_steps: the next job decodes it);
+    started (its newest checkpoint, where the next job resumes); or to do. A cluster user reads it to know which commands to launch."""
     if is_finished(cfg):
         return "finished"
     run_dir = Path(cfg.train.run_dir)

@@ -67,13 +67,14 @@ class Checkpoints:
         self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab)
         self.last: Path | None = None
 
-    def save(self, state: TrainState) -> None:
+    def save(self, state: TrainState, stopped_by: str = "") -> None:
         """checkpoint_<update>.pt, then prune to train.keep_last; every rank waits for it (and stops with it on a
-        failed write)."""
+        failed write). ``stopped_by``: the run's last checkpoint says why it ended (``signal``: interrupted, so that a
+        resume drops it once past it; a finished run's stays, however it is continued)."""
         path = step_checkpoint_path(self.run_dir, state.step)
 
         def write_and_prune() -> None:
-            self._write(state, path)
+            self._write(state, path, stopped_by)
             prune_checkpoints(self.run_dir, self.t.keep_last, self.interrupted_at)
 
         self.dd.on_main(write_and_prune, self.parts["device"], f"write {path}")
@@ -83,10 +84,13 @@ class Checkpoints:
         """checkpoint_best.pt, after a validation that improved the best score (rank 0 only)."""
         self._write(state, checkpoint_dir(self.run_dir) / "checkpoint_best.pt")
 
-    def _write(self, state: TrainState, path: Path) -> None:
+    def _write(self, state: TrainState, path: Path, stopped_by: str = "") -> None:
         """A failed write (a full disk) stops the run with one line that says what it kept."""
+        payload = state.payload(**self.parts)
+        if stopped_by:
+            payload["stopped_by"] = stopped_by
         try:
-            save_checkpoint(state.payload(**self.parts), path)
+            save_checkpoint(payload, path)
         except UserError as exc:
             raise run_stops(str(exc), self.run_dir, state.step) from None
 

@@ -43,21 +43,21 @@ def drop_records_after(path: Path, step: int, say: Callable[[str], None]) -> Non
     over it, as TensorBoard's purge_step does for the events."""
     if not path.is_file():
         return
-    lines = path.read_text(encoding="utf-8").splitlines(keepends=True)
+    lines = path.read_bytes().splitlines(keepends=True)  # bytes: a damaged line is kept as it is, not a traceback
     kept = [line for line in lines if _step_of(line) <= step]
     if len(kept) == len(lines):
         return
     tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text("".join(kept), encoding="utf-8")
+    tmp.write_bytes(b"".join(kept))
     tmp.replace(path)
     say(f"{path}: dropped {len(lines) - len(kept)} record(s) of updates after {step}, which this resume trains again")
 
 
-def _step_of(line: str) -> float:
+def _step_of(line: bytes) -> float:
     """A record's update (a line that is not a record with one is kept: -inf)."""
     try:
         value = json.loads(line).get("step")
-    except (ValueError, AttributeError):
+    except (ValueError, AttributeError):  # (UnicodeDecodeError is a ValueError)
         return float("-inf")
     return value if isinstance(value, (int, float)) else float("-inf")
 

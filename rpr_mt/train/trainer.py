@@ -152,7 +152,8 @@ def _train(
     if more_steps is not None and t.lr_schedule == "budget":
         raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
                         "time-budget run with --set train.max_time=SECONDS (its new total) instead")
-    if t.init_from is not None and not has_checkpoints:  # a resumed run no longer reads it
+    # a resumed run no longer reads it; under --overwrite it is read after the old run is gone: checked before
+    if t.init_from is not None and (overwrite or not has_checkpoints):
         try:
             ckpt.resolve_checkpoint(t.init_from, "best")
         except UserError as exc:
@@ -250,14 +251,6 @@ def _train(
     optimizer = build_optimizer(model, t, device)
     scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
 
-    # --overwrite deletes the previous run only now, once the data, model and optimizer are made: an input error
-    # (mismatched files, a vocabulary too large, a sentence limit) used to leave neither the old run nor a new one.
-    # With the same config too: a run started over after a code fix, or one whose checkpoints broke.
-    if overwrite and dd.is_main and has_run:
-        log(f"--overwrite: removing the previous run in {run_dir}")
-        remove_previous_run(run_dir)
-    dd.barrier()
-
     # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
     state = TrainState(started=start_time)
     vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
@@ -272,6 +265,14 @@ def _train(
             log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
     elif t.init_from is not None:
         init_from(t, model, optimizer, vocab_info, data_dir, log, cfg.model)
+    # --overwrite deletes the previous run only now, once the data, model and optimizer are made and
+    # train.init_from's weights loaded: an input error (mismatched files, a vocabulary too large, a sentence limit)
+    # used to leave neither the old run nor a new one. With the same config too: a run started over after a code
+    # fix, or one whose checkpoints broke.
+    if overwrite and dd.is_main and has_run:
+        log(f"--overwrite: removing the previous run in {run_dir}")
+        remove_previous_run(run_dir)
+    dd.barrier()
     batches = BatchStream(train_data, train_indices, t, model, dd, state)  # reads only max_tokens and seed of t
     # Whether the run is finished by the stopping rules of this command's config (those in effect before
     # --more-steps lifts them): a finished run is not trained again, an unfinished one is not extended.
@@ -317,8 +318,10 @@ def _train(
             train_module, device_ids=[device.index] if device.type == "cuda" else None
         )
     # Only an interrupted run's off-grid checkpoint is superseded: a finished run's last checkpoint (max_steps,
-    # max_time or patience off the grid), continued by --more-steps, is a result the user may have reported.
-    interrupted_at = None if finished else _off_grid_step(found)
+    # max_time or patience off the grid), continued by --more-steps or a raised limit, is a result the user may have
+    # reported. The checkpoint says why its run ended; one from before it did counts as finished when this config's
+    # rules are met (finished), else as interrupted.
+    interrupted_at = _off_grid_step(found) if _was_interrupted(found, finished) else None
     checkpoints = Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
                               config=config_to_dict(cfg), vocab=vocab_info, interrupted_at=interrupted_at)
     logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
@@ -409,7 +412,7 @@ def _train(
     if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
         validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
     if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
-        checkpoints.save(state)
+        checkpoints.save(state, stopped_by)
     if t.average_last > 0 and stopped_by != "signal":  # an interrupted run averages when it ends
         dd.on_main(lambda: average_last(run_dir, t, logger.message), device, "average the last checkpoints")
     logger.close()  # the bar first: the summary is the last line on screen
@@ -455,9 +458,18 @@ def _pairs_over(data: Any, indices: Any, max_tokens: int) -> int:
     return int(np.count_nonzero((src > max_tokens) | (tgt > max_tokens)))
 
 
+def _was_interrupted(found: tuple[Path, dict] | None, finished: str) -> bool:
+    """Whether the checkpoint a run resumes from was saved because a signal stopped it (not because the run ended):
+    its ``stopped_by``, or for a checkpoint from before that was recorded, whether this config has not finished it."""
+    if found is None:
+        return False
+    stopped_by = found[1].get("stopped_by")
+    return stopped_by == "signal" if stopped_by is not None else not finished
+
+
 def _off_grid_step(found: tuple[Path, dict] | None) -> int | None:
     """The update of the checkpoint a run resumes from when it lies off the save grid of the invocation that wrote
-    it (saved by a signal, or at the end of a run): superseded once this run saves past it."""
+    it (saved by a signal): superseded once this run saves past it."""
     if found is None:
         return None
     step = found[1].get("step")

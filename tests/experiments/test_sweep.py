@@ -436,3 +436,14 @@ def test_a_sweep_whose_log_reader_goes_away_finishes_its_run(base_config, tmp_pa
     proc.stderr.close()
     assert proc.wait(timeout=300) == 0
     assert (root / "base" / "seed1" / "result.json").is_file()
+
+
+def test_a_sweep_error_after_its_log_reader_left_still_exits_2(base_config, tmp_path):
+    """The error's line went to a closed pipe: BrokenPipeError, which the `--list | head` handler made exit 0, so a
+    failed sweep job read as a success."""
+    proc = subprocess.Popen(
+        [sys.executable, "scripts/sweep.py", str(base_config), "--root", str(tmp_path / "root"), "--tables",
+         "positions", "--seeds", "1", "--only", "bse/seed1"], cwd=REPO, env={**os.environ, "OMP_NUM_THREADS": "1"},
+        stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    proc.stderr.close()
+    assert proc.wait(timeout=120) == 2

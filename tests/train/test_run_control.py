@@ -59,6 +59,18 @@ def test_more_steps_continues_the_latest_checkpoint_exactly(tmp_path, demo_data)
     assert kept == [f"checkpoint_{step:08d}.pt" for step in (4, 6, 8, 12)]
 
 
+def test_a_finished_runs_last_checkpoint_stays_when_a_raised_max_steps_continues_it(tmp_path, demo_data):
+    """The other way to continue a finished run (the budget schedule's only one, with max_time): a raised limit. The
+    run is then unfinished under the new config, and its off-grid last checkpoint was dropped as an interrupted
+    run's would be."""
+    train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 6})), progress=False)
+    assert ckpt.load_checkpoint(ckpt.step_checkpoint_path(tmp_path / "run", 6))["stopped_by"] == "max_steps"
+    result = train(config_from_dict(tiny(demo_data, tmp_path / "run", train={"max_steps": 10})), progress=False)
+    assert result.step == 10
+    assert [path.name for path in ckpt.list_step_checkpoints(tmp_path / "run")] == [
+        f"checkpoint_{step:08d}.pt" for step in (4, 6, 8, 10)]
+
+
 def test_more_steps_lifts_the_other_stopping_rules(tmp_path, demo_data):
     raw = tiny(demo_data, tmp_path / "run", train={"max_steps": 4, "max_time": 0.001})  # time is up at once
     first, _ = run(raw, progress=False)
