@@ -384,7 +384,8 @@ _STEP_CHECKPOINT = re.compile(r"checkpoint_(\d+)\.pt$")
 def run_state(cfg: Config) -> str:
     """What ``--list`` says of a run: finished; running now (a sweep job holds the run, or a training its run
     directory: the same command again would be refused); trained (to its max_steps: the next job decodes it);
-    started (its newest checkpoint, where the next job resumes); or to do. A cluster user reads it to know which commands to launch."""
+    started (its newest checkpoint, where the next job resumes); or to do. A cluster user reads it to know which
+    commands to launch."""
     if is_finished(cfg):
         return "finished"
     run_dir = Path(cfg.train.run_dir)
