@@ -3,8 +3,10 @@ traceback, and nothing written or changed on disk (issue #18). The valid checkpo
 
 from __future__ import annotations
 
+import bz2
 import gzip
 import logging
+import lzma
 import shutil
 import sys
 from pathlib import Path
@@ -100,8 +102,11 @@ def setup(root: Path) -> dict[str, str]:
     (root / "three.en").write_text("a\nb\nc\n", encoding="utf-8")
     (root / "empty.de").write_text("", encoding="utf-8")
     (root / "gzipped.en").write_bytes(gzip.compress(b"a\nb\nc\n"))  # gzip under a plain name
+    (root / "three.en.xz").write_bytes(lzma.compress(b"a\nb\nc\n"))  # compressions that are not read
+    (root / "three.en.bz2").write_bytes(bz2.compress(b"a\nb\nc\n"))
     for name, (src, tgt) in {"mismatch_files.yaml": ("mismatch.en", "mismatch.de"),
                              "gzip_files.yaml": ("gzipped.en", "three.en"),
+                             "xz_files.yaml": ("three.en", "three.en.xz"),
                              "utf8_files.yaml": ("three.en", "badtrain.de"),
                              "empty_files.yaml": ("empty.en", "empty.de")}.items():
         (root / name).write_text(f"data:\n  source: files\n  output_dir: {root / 'prepared'}\n  splits:\n"
@@ -310,6 +315,9 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     # compressed bytes read as text gave a wrong line count ("has 66 lines but ... 96") or invalid UTF-8
     ("prepare: gzip without .gz", lambda r: ["prepare", "--config", f"{r}/gzip_files.yaml"],
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
+    # xz and bzip2 read as text: "invalid UTF-8" at some line
+    ("prepare: xz input", lambda r: ["prepare", "--config", f"{r}/xz_files.yaml"],
+     "three.en.xz is xz-compressed, which is not read: decompress it (unxz three.en.xz)"),
     ("translate: empty output path", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
                                                 "-o", ""], "--output: an empty path"),
     # Path("") is ".": an empty path was reported as a directory, or as "no checkpoint_best.pt in ."
@@ -326,6 +334,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: empty config path", lambda r: ["train", "--config", ""], "error: --config: an empty path"),
     ("translate: gzip without .gz", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/gzipped.en"],
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
+    ("translate: bzip2 input", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/three.en.bz2"],
+     "three.en.bz2 is bzip2-compressed, which is not read"),
     ("plot: run without metrics", lambda r: ["plot", f"{r}/empty_run"], "metrics.jsonl"),
     ("plot: missing run", lambda r: ["plot", f"{r}/nope_run"], "nope_run"),
     ("export: unknown quantization", lambda r: ["export", f"{r}/model.pt", "--output", f"{r}/ct2", "--quantization",

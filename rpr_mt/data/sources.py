@@ -76,17 +76,27 @@ def _check_readable(path: Path) -> None:
 
 
 GZIP_MAGIC = b"\x1f\x8b"
+# Other compressions' first bytes, with the tool that undoes them: only gzip is read, and their bytes read as text
+# gave "invalid UTF-8" at some line, which says nothing of the cause.
+OTHER_COMPRESSIONS = ((b"BZh", "bzip2", "bunzip2"), (b"\xfd7zXZ\x00", "xz", "unxz"),
+                      (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
 
 
 def refuse_unnamed_gzip(path: Path) -> None:
-    """A gzip file whose name does not end in .gz would be read as text (compressed bytes: a wrong line count, or
-    invalid UTF-8 at a line that means nothing to the user): say what it is. Text never starts with these bytes."""
+    """A compressed file that would be read as text (compressed bytes: a wrong line count, or invalid UTF-8 at a
+    line that means nothing to the user): say what it is. A gzip file is read when its name ends in .gz; bzip2, xz
+    and zstd are not read at all. Text never starts with these bytes."""
     if path.suffix == ".gz" or not path.is_file():
         return
     with open(path, "rb") as handle:
-        if handle.read(2) == GZIP_MAGIC:
-            raise UserError(f"{path} is gzip-compressed but its name does not end in .gz: rename it {path.name}.gz "
-                            "(or decompress it)")
+        head = handle.read(6)
+    if head.startswith(GZIP_MAGIC):
+        raise UserError(f"{path} is gzip-compressed but its name does not end in .gz: rename it {path.name}.gz "
+                        "(or decompress it)")
+    for magic, kind, tool in OTHER_COMPRESSIONS:
+        if head.startswith(magic):
+            raise UserError(f"{path} is {kind}-compressed, which is not read: decompress it ({tool} {path.name}) "
+                            "or compress it with gzip (.gz)")
 
 
 def _open_binary(path: Path, *, decompress: bool = True) -> BinaryIO:
