@@ -871,6 +871,17 @@ def _link_target(target: Path) -> Path:
     return target.resolve() if target.is_symlink() else target
 
 
+def _text_writer(raw: typing.BinaryIO, target: Path) -> typing.TextIO:
+    """UTF-8 text into ``raw``, gzip-compressed when ``target`` is named .gz. gzip's header keeps a file name (what
+    ``gunzip -N`` restores): the target's, not that of the temporary ``raw`` is."""
+    import gzip
+    import io
+
+    if target.name.endswith(".gz"):
+        return io.TextIOWrapper(gzip.GzipFile(filename=target.name, mode="wb", fileobj=raw), encoding="utf-8")
+    return io.TextIOWrapper(raw, encoding="utf-8")  # type: ignore[arg-type]
+
+
 def _write_lines(path: str, lines: Iterable[str]) -> None:
     """Write ``lines`` as they come (a generator's translations, window by window): to stdout, flushed as they come;
     to a file through a temporary beside it, moved into place when complete, so an existing file is never left
@@ -900,7 +911,7 @@ def _write_lines(path: str, lines: Iterable[str]) -> None:
     tmp = target.with_name(f".{target.name}.tmp")
     written = 0
     try:
-        with opener(tmp, "wt", encoding="utf-8") as handle:
+        with open(tmp, "wb") as raw, _text_writer(raw, target) as handle:
             for line in lines:
                 handle.write(line + "\n")
                 written += 1

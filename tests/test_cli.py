@@ -491,6 +491,9 @@ def test_an_output_named_gz_is_gzip_like_an_input_named_gz(tmp_path):
         assert handle.read() == "eins\nzwei\n"
     assert (tmp_path / "out.de").read_text(encoding="utf-8") == "eins\nzwei\n"
     assert read_lines(tmp_path / "out.de.gz") == ["eins", "zwei"]
+    # the name gzip keeps in its header (FNAME, after the 10-byte header) is the output's, not its temporary's
+    header = (tmp_path / "out.de.gz").read_bytes()
+    assert header[3] & 0x08 and header[10:].split(b"\0")[0] == b"out.de"
 
 
 def test_which_with_a_checkpoint_file_is_said_to_be_unused(tmp_path):
