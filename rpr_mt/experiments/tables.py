@@ -195,9 +195,10 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
         if not rows:
             continue
         lines += [f"## {TITLES[table]}", ""]
+        paper = PAPER_COLUMN[table]  # "": the paper has no such table (the scheme study), so no column
         lines.append(f"| {ROW_HEADER[table]} | seeds | dev BLEU | test BLEU | dev lit. BLEU | test lit. BLEU "
-                     f"| dev chrF | updates | run min | tgt tok/s | {PAPER_COLUMN[table]} |")
-        lines.append("|---|---|---|---|---|---|---|---|---|---|---|")
+                     f"| dev chrF | updates | run min | tgt tok/s |" + (f" {paper} |" if paper else ""))
+        lines.append("|---" * (11 if paper else 10) + "|")
         for cell in rows:
             res = cell.results
             lit = {split: [r[f"{split}_lc_tok_bleu"] for r in res if f"{split}_lc_tok_bleu" in r]
@@ -209,8 +210,8 @@ def render_markdown(sweep: SweepResults, title: str | None = None) -> str:
                 f"| {mean_std([r['dev_chrf'] for r in res], 1)} "
                 f"| {mean_std([r['updates'] for r in res], 0)} "
                 f"| {mean_std([r['train_seconds'] / 60 for r in res], 1)} "
-                f"| {mean_std([r['update_tgt_tok_s'] for r in res if r['update_tgt_tok_s'] is not None], 0)} "
-                f"| {PAPER.get((cell.table, cell.label), '')} |"
+                f"| {mean_std([r['update_tgt_tok_s'] for r in res if r['update_tgt_tok_s'] is not None], 0)} |"
+                + (f" {PAPER.get((cell.table, cell.label), '')} |" if paper else "")
             )
         lines.append("")
         lines.append("run min: training's wall clock, validations included; tgt tok/s: the training speed, the "

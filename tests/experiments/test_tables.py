@@ -55,6 +55,22 @@ def test_tables_show_mean_and_std_over_seeds_and_pending_runs(tmp_path):
     assert "nrefs:1|case:mixed|eff:no|tok:13a" in text
 
 
+def test_a_table_the_paper_has_not_gets_no_paper_column(tmp_path):
+    # the scheme study's table had an empty last column (header "| |", every row ending "| |")
+    _write_sweep(tmp_path, {
+        "base/seed1": ([["schemes", "Shaw k=16"], ["positions", "relative"]], _result("base/seed1", 1, 30.0, 31.0)),
+    })
+    text = render_markdown(load_sweep(tmp_path))
+    tables = text.split("## ")[1:]
+    schemes = next(t for t in tables if t.startswith("Position schemes"))
+    positions = next(t for t in tables if t.startswith("Table 1"))
+    for table, columns in ((schemes, 10), (positions, 11)):
+        rows = [line for line in table.splitlines() if line.startswith("|")]
+        assert len(rows) == 3 and all(row.count("|") == columns + 1 for row in rows), rows
+        assert "| |" not in table
+    assert rows[0].endswith("| paper: WMT14 test, En-De / En-Fr |") and rows[2].endswith("| 26.8 / 38.7 |")
+
+
 def test_runs_with_mixed_or_uncommitted_code_are_flagged(tmp_path):
     _write_sweep(tmp_path, {
         "base/seed1": ([["clip", "k=16"]], _result("base/seed1", 1, 30.0, 31.0, code=["0.1.0+aaa"])),
