@@ -439,7 +439,7 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
 
     run_dir = Path(cfg.train.run_dir)
     prepare(cfg.data, progress=False)
-    result = train(cfg, progress=False)
+    result = train(cfg, progress=False, extend_hint=False)  # no --more-steps in a sweep
     _append_invocation(run_dir, result, code)
     if result.stopped_by == "signal":
         return None

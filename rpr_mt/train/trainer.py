@@ -100,7 +100,7 @@ def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progres
 
 def train(
     cfg: Config, *, overwrite: bool = False, dry_run: bool = False, progress: bool | None = None,
-    more_steps: int | None = None,
+    more_steps: int | None = None, extend_hint: bool = True,
 ) -> TrainResult:
     """Train (or resume) the run described by ``cfg``; see the module docstring.
 
@@ -110,15 +110,18 @@ def train(
     it is the plain command), and so is ``overwrite`` with it. A step-based schedule is evaluated with the new
     max_steps, as if the run had been planned that long (``cosine`` therefore rises again); the time-based ``budget``
     schedule cannot be extended this way (raise train.max_time instead).
+
+    ``extend_hint``: a finished run's message says how the CLI trains it longer (a sweep, whose runs are extended
+    by no option of its own, passes False).
     """
     with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: its directory's lock
         return _train(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps,
-                      held=held)
+                      extend_hint=extend_hint, held=held)
 
 
 def _train(
     cfg: Config, *, overwrite: bool, dry_run: bool, progress: bool | None, more_steps: int | None,
-    held: contextlib.ExitStack,
+    extend_hint: bool, held: contextlib.ExitStack,
 ) -> TrainResult:
     if more_steps is not None and more_steps < 1:
         raise UserError(f"--more-steps must be >= 1 (got {more_steps})")
@@ -296,8 +299,8 @@ def _train(
         # checkpoints kept, as fairseq's average_checkpoints.py would make it; the same average is not made again
         average = t.average_last > 0 and dd.is_main and not average_is_current(run_dir, t)
         log(f"{run_dir} is already finished ({_finished_because(finished, t, state, batches.epoch_done)}): nothing "
-            f"to train, {'averaging its last checkpoints (train.average_last)' if average else 'nothing changed'}; "
-            f"{more}")
+            f"to train, {'averaging its last checkpoints (train.average_last)' if average else 'nothing changed'}"
+            + (f"; {more}" if extend_hint else ""))
         if average:
             average_last(run_dir, t, log)
         seconds = time.monotonic() - start_time

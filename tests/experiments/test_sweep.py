@@ -131,9 +131,13 @@ def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp
 
     # Killed after training but before its result: only decoded again, from the same checkpoint.
     (root / "base/seed1" / "result.json").unlink()
+    capsys.readouterr()
     run_sweep(base_config, root, ["positions"], [1], log=messages.append)
     again = json.loads((root / "base/seed1" / "result.json").read_text())
     assert again["updates"] == 12 and again["dev_bleu"] == pytest.approx(results["base/seed1"]["dev_bleu"])
+    # the trainer's word for it names no CLI option: a sweep has no --more-steps
+    err = capsys.readouterr().err
+    assert "is already finished" in err and "--more-steps" not in err
 
     # A different base config must not reuse this root.
     with pytest.raises(UserError, match="another --root"):
