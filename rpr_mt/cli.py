@@ -852,6 +852,26 @@ def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
                             "input: give another file name")
         if text and target.suffix == ".pt":
             raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
+        record = _record_of_a_run_or_data(target)
+        if text and record:
+            raise UserError(f"{option} {path} is {record}; text is never written over it: give another file name")
+
+
+# What a run directory (one with checkpoints/) keeps of its run: the trainer's config and learning curves, the sweep's
+# result and invocations. Translations written over metrics.jsonl took the run's curves (plot: "no records yet").
+RUN_RECORDS = ("config.yaml", "metrics.jsonl", "invocations.jsonl", "result.json")
+
+
+def _record_of_a_run_or_data(target: Path) -> str:
+    """What the existing file ``target`` is, if it is a run's record or a file of prepared data; else ""."""
+    from rpr_mt.data.prepare import MANIFEST
+
+    folder = target.parent
+    if target.name in RUN_RECORDS and (folder / "checkpoints").is_dir():
+        return f"the {target.name} of the run in {folder}"
+    if (folder / MANIFEST).is_file():
+        return f"a file of the prepared data in {folder}"
+    return ""
 
 
 def _written_through(target: Path) -> bool:

@@ -30,6 +30,10 @@ def setup(root: Path) -> dict[str, str]:
     """Files the cases refer to, by name."""
     (root / "run" / "checkpoints").mkdir(parents=True)
     shutil.copy(FIXTURE, root / "run" / "checkpoints" / "checkpoint_00000004.pt")
+    (root / "run" / "metrics.jsonl").write_text('{"step": 4, "loss": 5.0}\n', encoding="utf-8")
+    (root / "prepared_x").mkdir()  # a prepared data directory (what prepare writes first and last: its manifest)
+    for name in ("manifest.json", "spm.vocab"):
+        (root / "prepared_x" / name).write_text("{}\n", encoding="utf-8")
     shutil.copy(FIXTURE, root / "model.pt")
     shutil.copy(OTHER, root / "other.pt")
     (root / "truncated.pt").write_bytes(FIXTURE.read_bytes()[:5000])
@@ -350,6 +354,13 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("translate: output over a training checkpoint", lambda r: [
         "translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en", "-o",
         f"{r}/run/checkpoints/checkpoint_00000004.pt"], "checkpoint_00000004.pt is a checkpoint"),
+    # translations written over a run's learning curves or a prepared file, with exit 0
+    ("translate: output over a run's metrics", lambda r: [
+        "translate", "--checkpoint", f"{r}/run", "-i", f"{r}/src.en", "-o", f"{r}/run/metrics.jsonl"],
+     "metrics.jsonl is the metrics.jsonl of the run in"),
+    ("eval-bleu: --save-hyp over prepared data", lambda r: [
+        "eval-bleu", "--checkpoint", f"{r}/model.pt", "--save-hyp", f"{r}/prepared_x/spm.vocab"],
+     "spm.vocab is a file of the prepared data in"),
     ("eval-bleu: --save-hyp is the reference", lambda r: ["eval-bleu", "--checkpoint", f"{r}/model.pt", "--ref",
                                                           f"{r}/ref.de", "--save-hyp", f"{r}/ref.de"],
      "ref.de is also an input"),
