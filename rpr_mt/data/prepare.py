@@ -116,6 +116,17 @@ def read_manifest(data_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def training_data_fingerprint(data_dir: str | Path) -> Optional[str]:
+    """One sha256 over the checksums its manifest records of the prepared training pairs (``train.*``), or None when
+    it records none: what a run's checkpoints keep of the data they were trained on, so that a resume can tell when
+    ``prepare`` rebuilt it since from other inputs (the inputs' own check compares them with the manifest, which
+    that rebuild rewrote)."""
+    checksums = read_manifest(data_dir).get("checksums", {})
+    train = sorted((name, entry.get("sha256")) for name, entry in checksums.items()
+                   if name.startswith("train.") and isinstance(entry, dict))
+    return hashlib.sha256(json.dumps(train).encode()).hexdigest() if train else None
+
+
 def check_prepared(config: DataConfig) -> Optional[str]:
     """None when ``config.output_dir`` holds data prepared from this config and these inputs, else a one-line
     reason starting with "missing" or "stale". Local inputs are re-hashed only when their size or mtime changed;

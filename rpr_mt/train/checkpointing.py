@@ -61,10 +61,12 @@ class Checkpoints:
 
     def __init__(self, run_dir: Path, t: TrainConfig, dd: Distributed, *, model: nn.Module,
                  optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device,
-                 config: dict[str, Any], vocab: dict[str, Any], interrupted_at: int | None = None) -> None:
+                 config: dict[str, Any], vocab: dict[str, Any], train_data: str | None = None,
+                 interrupted_at: int | None = None) -> None:
         self.run_dir, self.t, self.dd = run_dir, t, dd
         self.interrupted_at = interrupted_at  # the off-grid checkpoint this run resumed from, if any
-        self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab)
+        self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab,
+                          train_data=train_data)
         self.last: Path | None = None
 
     def save(self, state: TrainState, stopped_by: str = "") -> None:

@@ -5,7 +5,7 @@ A checkpoint holds the run state below, the model, optimizer and grad-scaler sta
 the vocabulary fingerprint. ``TrainState.payload`` builds that dictionary and ``TrainState.restore`` reads it back;
 nothing else in the trainer names a payload key. The keys on disk are those of every earlier rpr-mt checkpoint
 (``rpr-mt-checkpoint/1``, listed in ``PAYLOAD_KEYS``); entries added later (``target_tokens``, ``schedule_origin``,
-``bad_validations``, ``best_loss``, ``dev``) default as an old checkpoint needs. The checksum over all tensors is
+``bad_validations``, ``best_loss``, ``dev``, ``train_data``) default as an old checkpoint needs. The checksum over all tensors is
 added by ``rpr_mt.checkpoints.save_checkpoint`` and verified by ``load_checkpoint``.
 
 Only the torch (and CUDA) generators are saved: dropout draws from them, while the data order is a function of the
@@ -30,7 +30,7 @@ __all__ = ["PAYLOAD_KEYS", "TrainState"]
 # the resumption of existing runs: read the old name in ``restore`` instead.
 PAYLOAD_KEYS = (
     "format", "step", "epoch", "position", "elapsed", "target_tokens", "schedule_origin", "config", "vocab", "model",
-    "optimizer", "scaler", "rng", "best_bleu", "best_loss", "bad_validations", "dev",
+    "optimizer", "scaler", "rng", "best_bleu", "best_loss", "bad_validations", "dev", "train_data",
 )
 
 
@@ -107,8 +107,10 @@ class TrainState:
         device: torch.device,
         config: dict[str, Any],
         vocab: dict[str, Any],
+        train_data: str | None = None,
     ) -> dict[str, Any]:
-        """The checkpoint payload of this state, with the run's totals so far."""
+        """The checkpoint payload of this state, with the run's totals so far. ``train_data``: the fingerprint of
+        the prepared training pairs (``rpr_mt.data.prepare.training_data_fingerprint``)."""
         return {
             "format": ckpt.FORMAT,
             "step": self.step,
@@ -131,6 +133,7 @@ class TrainState:
             "bad_validations": self.bad_validations,
             # the dev scores of these very weights, when they were validated (what `rpr-mt translate` reports)
             "dev": self.dev if self.dev is not None and self.dev["step"] == self.step else None,
+            "train_data": train_data,
         }
 
     @classmethod

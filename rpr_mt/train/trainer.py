@@ -35,7 +35,7 @@ from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
 from rpr_mt.data.binarize import ids_file, load_split
 from rpr_mt.data.prepare import changed_since_prepared, check_prepared, dev_changed_since_prepared, prepare, \
-    settings_changed_since_prepared
+    settings_changed_since_prepared, training_data_fingerprint
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
@@ -257,10 +257,19 @@ def _train(
     # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
     state = TrainState(started=start_time)
     vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
+    trained_on = training_data_fingerprint(data_dir)
     if found is not None:
         path, payload = found
         if payload["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
             raise UserError(f"{path} was trained with another vocabulary than {data_dir / 'spm.model'}")
+        # the same vocabulary, other pairs: `rpr-mt prepare` rebuilt the data from changed inputs since (the check of
+        # the inputs above compares them with the manifest, which that rebuild rewrote); checkpoints from before the
+        # fingerprint have none
+        if payload.get("train_data") not in (None, trained_on):
+            raise UserError(f"{path} was trained on other training pairs than {data_dir} holds now (prepared again "
+                            "since from changed inputs?). To resume, restore the inputs and prepare again; to start "
+                            "over on this data, pass --overwrite (deletes the run's checkpoints) or choose another "
+                            "train.run_dir")
         state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device,
                                    started=start_time)
         log(f"resuming from {path} (update {state.step}, epoch {state.epoch + 1}, batch {state.position})")
@@ -326,7 +335,8 @@ def _train(
     # rules are met (finished), else as interrupted.
     interrupted_at = _off_grid_step(found) if _was_interrupted(found, finished) else None
     checkpoints = Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
-                              config=config_to_dict(cfg), vocab=vocab_info, interrupted_at=interrupted_at)
+                              config=config_to_dict(cfg), vocab=vocab_info, train_data=trained_on,
+                              interrupted_at=interrupted_at)
     logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
     window = LogWindow(ThroughputMonitor())
     bad_updates = 0  # non-finite losses in a row

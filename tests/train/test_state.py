@@ -66,7 +66,7 @@ def test_the_payload_keys_are_those_of_earlier_checkpoints():
     # existing runs unable to resume
     assert set(payload_of(TrainState())) == {
         "format", "step", "epoch", "position", "elapsed", "config", "vocab", "model", "optimizer", "scaler", "rng",
-        "best_bleu", "target_tokens", "schedule_origin", "best_loss", "bad_validations", "dev",
+        "best_bleu", "target_tokens", "schedule_origin", "best_loss", "bad_validations", "dev", "train_data",
     }
     assert payload_of(TrainState())["format"] == ckpt.FORMAT == "rpr-mt-checkpoint/1"
 

@@ -345,6 +345,32 @@ def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepare
     assert train(config_from_dict(raw), overwrite=True, progress=False).step == 3
 
 
+def test_resuming_on_training_pairs_prepared_again_from_changed_inputs_is_refused(tmp_path):
+    """The corpus changed and the user ran `rpr-mt prepare` before resuming: the inputs then match the rewritten
+    manifest and the vocabulary came out the same, so the run went on, silently, on other pairs. Its checkpoints
+    now keep the fingerprint of the pairs they were trained on."""
+    corpus = _small_corpus(tmp_path)
+    raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
+    raw["data"] = {"source": "files", "output_dir": str(tmp_path / "data"), "vocab_size": 60,
+                   "splits": {"train": {"src": str(corpus / "train.en"), "tgt": str(corpus / "train.de")}}}
+    train(config_from_dict(raw), progress=False)
+    vocab = (tmp_path / "data" / "spm.model").read_bytes()
+    for name in ("train.en", "train.de"):  # the same pairs in another order: the same vocabulary, other pairs
+        lines = (corpus / name).read_text().splitlines()
+        (corpus / name).write_text("\n".join(lines[60:] + lines[:60]) + "\n")
+    prepare(config_from_dict(raw).data, progress=False)
+    assert (tmp_path / "data" / "spm.model").read_bytes() == vocab
+    raw["train"]["max_steps"] = 3
+    with pytest.raises(UserError, match=r"checkpoint_00000002.pt was trained on other training pairs than .*data "
+                                        r"holds now"):
+        train(config_from_dict(raw), progress=False)
+    assert train(config_from_dict(raw), overwrite=True, progress=False).step == 3
+    # and the data prepared again from the same inputs is the same data: the run resumes
+    prepare(config_from_dict(raw).data, force=True, progress=False)
+    raw["train"]["max_steps"] = 4
+    assert train(config_from_dict(raw), progress=False).step == 4
+
+
 def test_resuming_after_a_dev_file_was_corrected_prepares_it_again_and_warns(tmp_path, capsys):
     """SentencePiece learns from the training pairs alone, so a corrected dev reference cannot change the vocabulary
     the checkpoints need: the run resumes on the data prepared again (it was refused, with advice to delete its
