@@ -12,9 +12,9 @@ Output format
 Sentence splitting (``decode.split_sentences``, on by default): each line is split into sentences
 (``rpr_mt.decode.segment``), all sentences of all lines are batched together as lines are without it, and each line's
 translations are joined into its one output line. A one-sentence line is translated exactly as without splitting.
-With nbest N > 1, a line of several sentences gets N entries: entry k joins each sentence's k-th best (its last where
-it has fewer), scored as one hypothesis would be (the sentences' log-probabilities summed, GNMT-normalised by their
-total length with each eos), best first.
+With nbest N > 1, a line of several sentences gets the N best joins of one hypothesis per sentence (each sentence's
+n-best list), scored as one hypothesis would be (the sentences' log-probabilities summed, GNMT-normalised by their
+total length with each eos), best first (``best_joins``: exact, not the k-th bests joined).
 """
 
 from __future__ import annotations
@@ -22,6 +22,7 @@ from __future__ import annotations
 import collections
 import contextlib
 import gzip
+import heapq
 import logging
 import os
 import sys
@@ -269,15 +270,35 @@ def format_outputs(
         elif len(units) == 1:
             outputs.extend(f"{index}\t{h.score:.4f}\t{decode_ids(h.tokens)}" for h in units[0])
         else:
-            entries = []
-            for k in range(max(len(hyps) for hyps in units)):
-                chosen = [hyps[min(k, len(hyps) - 1)] for hyps in units]
-                length = sum(len(h.tokens) + 1 for h in chosen)  # each sentence's eos counts, as in Hypothesis.score
-                score = sum(h.logprob for h in chosen) / gnmt_length_penalty(length, decode.length_penalty)
-                entries.append((score, join_sentences([decode_ids(h.tokens) for h in chosen], tgt_lang)))
-            entries.sort(key=lambda e: -e[0])  # stable
-            outputs.extend(f"{index}\t{score:.4f}\t{text}" for score, text in entries)
+            outputs.extend(f"{index}\t{score:.4f}\t{join_sentences([decode_ids(h.tokens) for h in chosen], tgt_lang)}"
+                           for score, chosen in best_joins(units, decode.nbest, decode.length_penalty))
     return outputs
+
+
+def best_joins(units: list[list[Hypothesis]], n: int, alpha: float) -> list[tuple[float, list[Hypothesis]]]:
+    """The ``n`` best ways to take one hypothesis of each sentence's list (``units``, in order), best first, each
+    with its score as one hypothesis of the whole line: the log-probabilities summed over the GNMT length penalty of
+    the total length, each sentence's eos counted (as ``Hypothesis.score``).
+
+    That score does not add up over sentences, so the joins of the k-th bests (what this did before) can miss
+    better ones; trying every join is exponential in the sentences. For a given total length, though, the score
+    grows with the log-probability sum, so the ``n`` best joins of that length extend only the ``n`` best prefixes
+    of their own lengths (any other prefix has ``n`` better ones to take its place). Kept per total length, that
+    makes the search exact in ``sentences x lengths x beam x n`` steps. Ties go to the earlier choices."""
+    # total length -> up to n (logprob sum, indices of the hypotheses chosen so far)
+    frontier: dict[int, list[tuple[float, tuple[int, ...]]]] = {0: [(0.0, ())]}
+    for hyps in units:
+        grown: dict[int, list[tuple[float, tuple[int, ...]]]] = collections.defaultdict(list)
+        for length, prefixes in frontier.items():
+            for logprob, picks in prefixes:
+                for i, hyp in enumerate(hyps):
+                    grown[length + len(hyp.tokens) + 1].append((logprob + hyp.logprob, picks + (i,)))
+        frontier = {length: heapq.nsmallest(n, options, key=lambda o: (-o[0], o[1]))
+                    for length, options in grown.items()}
+    joins = [(logprob / gnmt_length_penalty(length, alpha), picks)
+             for length, options in frontier.items() for logprob, picks in options]
+    return [(score, [hyps[i] for hyps, i in zip(units, picks)])
+            for score, picks in heapq.nsmallest(n, joins, key=lambda j: (-j[0], j[1]))]
 
 
 def short_outputs(

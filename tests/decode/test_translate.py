@@ -219,6 +219,35 @@ def test_nbest_of_a_split_line_keeps_the_format() -> None:
     assert float(fields[0][1]) >= float(fields[1][1]) and fields[1][2] != fields[0][2]
 
 
+def test_the_nbest_joins_of_a_split_line_are_the_best_of_every_join() -> None:
+    """Entry k joined each sentence's k-th best, so "the best of sentence 1 with the second of sentence 2" (often the
+    true second best) never appeared. Against every join, tried one by one: the same joins, scores and order."""
+    import itertools
+    import random
+
+    from rpr_mt.decode.search import Hypothesis, gnmt_length_penalty
+    from rpr_mt.decode.translate import best_joins
+
+    rng = random.Random(7)
+    for trial in range(200):
+        alpha = rng.choice([0.0, 0.6, 1.5])
+        units = [[Hypothesis(tokens=[0] * rng.randint(0, 6), score=0.0, logprob=-rng.uniform(0.1, 9.0))
+                  for _ in range(rng.randint(1, 4))] for _ in range(rng.randint(2, 4))]
+        n = rng.randint(1, 5)
+        every = sorted(((sum(h.logprob for h in chosen)
+                         / gnmt_length_penalty(sum(len(h.tokens) + 1 for h in chosen), alpha), picks)
+                        for picks, chosen in zip(itertools.product(*(range(len(u)) for u in units)),
+                                                 itertools.product(*units))), key=lambda e: (-e[0], e[1]))
+        got = best_joins(units, n, alpha)
+        assert len(got) == min(n, len(every))
+        for (score, chosen), (want, picks) in zip(got, every):
+            assert score == pytest.approx(want) and chosen == [u[i] for u, i in zip(units, picks)], trial
+    # the case that the k-th-bests join missed: two sentences, second bests far apart
+    one = [Hypothesis([1], 0.0, -1.0), Hypothesis([2], 0.0, -5.0)]
+    two = [Hypothesis([3], 0.0, -1.0), Hypothesis([4], 0.0, -1.5)]
+    assert [[h.tokens[0] for h in chosen] for _, chosen in best_joins([one, two], 2, 0.0)] == [[1, 3], [1, 4]]
+
+
 def test_short_outputs_are_counted_in_one_warning(caplog: pytest.LogCaptureFixture) -> None:
     from . import table_script
 
