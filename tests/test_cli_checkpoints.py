@@ -184,7 +184,7 @@ def test_plot_errors_are_one_line(run_dir, tmp_path, monkeypatch):
     assert_one_line_error(runner.invoke(app, ["plot", str(tmp_path)]), "no metrics.jsonl in")
     monkeypatch.setitem(sys.modules, "matplotlib", None)  # as if the optional extra were not installed
     assert_one_line_error(runner.invoke(app, ["plot", str(run_dir), "-o", str(tmp_path / "x.png")]),
-                          "pip install 'rpr-mt[plots]'")
+                          "pip install 'matplotlib>=3.7'")
 
 
 def test_curves_of_a_resumed_run_keep_the_resumed_updates_once(tmp_path):
@@ -273,4 +273,5 @@ def test_eval_bleu_checks_the_split_and_save_hyp_before_loading_the_weights(run_
     config, sha = ckpt.peek_checkpoint(ckpt.resolve_checkpoint(run_dir, "best"))
     _, reference = cli._split_paths(config, sha, run_dir, "test", None, None)  # the run's test reference
     result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--save-hyp", str(reference)])
-    assert result.exit_code == 2 and "is also an input of this command" in result.output
+    # (the reference of a prepared split: refused as a file of the prepared data, before it is known as an input)
+    assert result.exit_code == 2 and "is a file of the prepared data in" in result.output
