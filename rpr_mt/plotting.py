@@ -17,5 +17,5 @@ def pyplot() -> Any:
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
     except ImportError as exc:
-        raise UserError("plots need matplotlib: pip install 'rpr-mt[plots]'") from exc
+        raise UserError("plots need matplotlib: pip install 'matplotlib>=3.7'") from exc
     return plt

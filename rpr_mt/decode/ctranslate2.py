@@ -74,7 +74,7 @@ class ExportedTranslator:
             import ctranslate2
         except ImportError:
             raise UserError("translating with CTranslate2 needs the ctranslate2 package: "
-                            "pip install 'rpr-mt[ctranslate2]'") from None
+                            "pip install 'ctranslate2>=4.7'") from None
         from rpr_mt.data.vocab import Vocab
 
         self.model_dir = Path(model_dir)

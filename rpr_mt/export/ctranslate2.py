@@ -55,7 +55,7 @@ __all__ = ["EXPORT_INFO_FILE", "ExportResult", "build_spec", "export_ctranslate2
 
 EXPORT_INFO_FILE = "rpr_mt.json"
 EXPORT_FORMAT = "rpr-mt-ctranslate2/1"
-INSTALL_HINT = "pip install 'rpr-mt[ctranslate2]'"
+INSTALL_HINT = "pip install 'ctranslate2>=4.7'"
 
 
 def _import_ctranslate2():

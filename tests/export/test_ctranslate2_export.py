@@ -239,5 +239,5 @@ def test_failed_export_leaves_the_previous_model_and_no_partial_one(tmp_path, ex
 
 def test_missing_ctranslate2_is_a_user_error(tmp_path, monkeypatch):
     monkeypatch.setitem(sys.modules, "ctranslate2", None)  # `import ctranslate2` now raises ImportError
-    with pytest.raises(UserError, match=r"pip install 'rpr-mt\[ctranslate2\]'"):
+    with pytest.raises(UserError, match=r"pip install 'ctranslate2>=4.7'"):
         export_ctranslate2(tmp_path / "missing.pt", tmp_path / "out")

@@ -39,7 +39,7 @@ dropout: the keep mask is drawn inside the kernels from a seed (Philox, ``tl.ran
 so no [B, H, Lq, Lk] mask is stored; ``dropout_keep_mask`` reproduces it, and an explicit keep mask can be passed
 instead (tests). Rows with no allowed key (dead rows) give zeros and zero gradients, as everywhere in rpr-mt.
 
-Triton is optional (``pip install 'rpr-mt[triton]'``): this module imports without it, and ``dispatch`` imports it
+Triton is optional (``pip install 'triton>=3.2'``): this module imports without it, and ``dispatch`` imports it
 only for ``impl="triton"`` or where its default policy may pick these kernels (bfloat16 relative attention on an
 sm_80+ NVIDIA GPU; ``dispatch._triton_runs``). On a CPU the kernels run in Triton's interpreter
 (``TRITON_INTERPRET=1``, set before Triton is imported), which is how the tests check them against the float64
@@ -188,7 +188,7 @@ def interpreting() -> bool:
 def unavailable_reason(q: Tensor) -> str | None:
     """None when the kernels can run on tensors like ``q``, else why not."""
     if triton is None:
-        return "impl='triton' needs the triton package (pip install 'rpr-mt[triton]')"
+        return "impl='triton' needs the triton package (pip install 'triton>=3.2')"
     if q.dtype not in (torch.float16, torch.bfloat16, torch.float32, torch.float64):
         return f"impl='triton' computes in float16, bfloat16, float32 (or float64 in the interpreter), got {q.dtype}"
     if interpreting():

@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'rpr-mt[triton]')")
+pytest.importorskip("triton", reason="triton is not installed (pip install 'triton>=3.2')")
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

@@ -36,7 +36,7 @@ def test_module_imports_without_triton_and_impl_triton_says_what_to_install():
     done = subprocess.run([sys.executable, "-c", WITHOUT_TRITON], capture_output=True, text=True, cwd=ROOT,
                           env={"PYTHONPATH": str(ROOT), "PATH": "/usr/bin:/bin"}, timeout=120)
     assert done.returncode == 0, done.stderr
-    assert "impl='triton' needs the triton package (pip install 'rpr-mt[triton]')" in done.stdout
+    assert "impl='triton' needs the triton package (pip install 'triton>=3.2')" in done.stdout
 
 
 def test_default_policy_off_cuda_never_picks_the_kernel_and_content_attention_off_the_cpu_is_sdpa():
