@@ -700,9 +700,11 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
     data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab_sha256)
     src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
     if not src_path.is_file():
-        prepared = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
+        prepared = {p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}")}
+        prepared |= set(_manifest_splits(data_dir))  # a train-only directory has no text files (train is kept as ids)
         if prepared:  # the data is there, the split is not: a prepare would not help
-            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(prepared)})")
+            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(sorted(prepared))}); "
+                            "score a file of your own with --hyp/--ref")
         raise UserError(f"{src_path} not found: prepare the data first ({_prepare_command(checkpoint)}) or pass "
                         "--hyp/--ref")
     if ref is None:
@@ -718,6 +720,19 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
         raise UserError(f"{ref} has {ref_lines} lines but {src_path}, which would be translated and scored against "
                         f"it, has {source_lines}; they must be line-aligned")
     return src_path, ref
+
+
+def _manifest_splits(data_dir: Path) -> list[str]:
+    """The splits a prepared data directory's manifest lists (none when it has no readable manifest)."""
+    from rpr_mt.data.prepare import MANIFEST, read_manifest
+
+    if not (data_dir / MANIFEST).is_file():
+        return []
+    try:
+        splits = read_manifest(data_dir).get("splits")
+    except UserError:
+        return []
+    return list(splits) if isinstance(splits, dict) else []
 
 
 def _stderr(text: str) -> None:

@@ -259,6 +259,22 @@ def test_no_progress_bar_into_a_pipe_unless_asked(run_dir, tmp_path, command):
     assert "\r" not in runner.invoke(app, [*command(run_dir, src), "--no-progress"]).stderr
 
 
+def test_eval_bleu_of_a_split_that_train_only_data_lacks_says_so(run_dir, tmp_path):
+    """Data prepared with a train split alone holds no text files (train is kept as ids): --split dev was told to
+    prepare the data first, which cannot help."""
+    payload = ckpt.load_checkpoint(ckpt.resolve_checkpoint(run_dir, "best"))
+    source = Path(payload["config"]["data"]["output_dir"])
+    manifest = json.loads((source / "manifest.json").read_text())
+    manifest["splits"] = {"train": manifest["splits"]["train"]}
+    (tmp_path / "train_only").mkdir()
+    (tmp_path / "train_only" / "manifest.json").write_text(json.dumps(manifest))
+    payload["config"]["data"]["output_dir"] = str(tmp_path / "train_only")
+    ckpt.save_checkpoint(payload, tmp_path / "model.pt")
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(tmp_path / "model.pt"), "--split", "dev"])
+    assert result.exit_code == 2 and "--split dev: " in result.output, result.output
+    assert "has no such split (it has train); score a file of your own with --hyp/--ref" in result.output
+
+
 def test_eval_bleu_checks_the_split_and_save_hyp_before_loading_the_weights(run_dir, monkeypatch):
     """A wrong --split or a --save-hyp over the references is said before the model loads (which can take a
     minute); the config and vocabulary are read from the checkpoint with its tensors only mapped."""
