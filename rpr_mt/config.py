@@ -278,7 +278,8 @@ class Config:
         _require(t.update_freq >= 1, "train.update_freq must be >= 1")
         _require(
             t.max_steps is not None or t.max_epochs is not None or t.max_time is not None,
-            "train needs at least one of max_steps, max_epochs, max_time",
+            # the keys in full: the error then names the --set or the line that set them to null
+            "train needs at least one of train.max_steps, train.max_epochs, train.max_time (all are null)",
         )
         for key in ("max_steps", "max_epochs", "max_time", "patience", "num_threads", "valid_max_sentences"):
             value = getattr(t, key)

@@ -413,8 +413,12 @@ def test_a_value_out_of_range_names_the_file_and_line_or_the_set_that_gave_it(tm
         load_config(config, [])
     with pytest.raises(UserError, match=r"^--set model.n_heads=3: model.d_model \(64\) must be divisible"):
         load_config(config, ["train.max_steps=5", "model.n_heads=3"])  # the --set made it wrong, not the file
-    with pytest.raises(UserError, match=rf"^{re.escape(str(config))}: train needs at least one of"):
-        load_config(config, ["train.max_steps=null"])  # no key named: the file
+    # the --set that left no limit, not the file (which set max_steps), is named
+    with pytest.raises(UserError, match=r"^--set train.max_steps=null: train needs at least one of train.max_steps, "):
+        load_config(config, ["train.max_steps=null"])
+    config.write_text("train:\n  max_steps: null\n")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(config))}: line 2: train needs at least one of"):
+        load_config(config, [])
     with pytest.raises(UserError, match=r"^train.max_steps must be positive$"):
         config_from_dict({"train": {"max_steps": 0}})  # built in code: nothing to name
 
