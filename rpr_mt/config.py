@@ -241,7 +241,10 @@ class Config:
         _require(d.spm_sample_sentences > 0, "data.spm_sample_sentences must be positive")
         _require(0.0 < d.spm_character_coverage <= 1.0, "data.spm_character_coverage must be in (0, 1]")
         if d.source == "files":
-            _require("train" in d.splits, "data.splits must name a 'train' split when data.source is 'files'")
+            if "train" not in d.splits:  # a misspelt one first: the error then names its line, not the section's
+                close = difflib.get_close_matches("train", list(d.splits), n=1, cutoff=0.6)
+                raise UserError((f"data.splits.{close[0]}: did you mean 'train'? " if close else "")
+                                + "data.splits must name a 'train' split when data.source is 'files'")
             for name, split in d.splits.items():
                 if split.tsv is not None:
                     _require(split.src is None and split.tgt is None,

@@ -207,6 +207,12 @@ def test_set_on_a_mapping_entry_keeps_the_other_entries_and_null_removes_one(tmp
     assert (splits["dev"].src, splits["dev"].tgt, list(splits)) == ("c.en", "c.de", ["train", "test", "dev"])
     with pytest.raises(UserError, match="data.splits must name a 'train' split"):
         load_config(config, ["data.splits.train=null"])
+    # a misspelt train split: its own line, and what it probably is
+    config.write_text("data:\n  source: files\n  splits:\n    test: {src: b.en, tgt: b.de}\n"
+                      "    trian: {src: a.en, tgt: a.de}\n")
+    with pytest.raises(UserError, match=rf"^{re.escape(str(config))}: line 5: data.splits.trian: did you mean 'train'\? "
+                                        "data.splits must name a 'train' split"):
+        load_config(config, [])
 
 
 def test_average_last_may_not_exceed_keep_last():
