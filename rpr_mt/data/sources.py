@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import hashlib
 import os
+import re
 import socket
 import zlib
 from dataclasses import dataclass, field
@@ -78,8 +79,9 @@ def _check_readable(path: Path) -> None:
 GZIP_MAGIC = b"\x1f\x8b"
 # Other compressions' first bytes, with the tool that undoes them: only gzip is read, and their bytes read as text
 # gave "invalid UTF-8" at some line, which says nothing of the cause.
-OTHER_COMPRESSIONS = ((b"BZh", "bzip2", "bunzip2"), (b"\xfd7zXZ\x00", "xz", "unxz"),
-                      (b"\x28\xb5\x2f\xfd", "zstd", "unzstd"))
+# bzip2's "BZh" is ASCII, so its block size digit and first block's (or, empty, its end's) magic must follow.
+OTHER_COMPRESSIONS = ((re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)", re.DOTALL), "bzip2", "bunzip2"),
+                      (re.compile(rb"\xfd7zXZ\x00"), "xz", "unxz"), (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd", "unzstd"))
 
 
 def refuse_unnamed_gzip(path: Path) -> None:
@@ -89,12 +91,12 @@ def refuse_unnamed_gzip(path: Path) -> None:
     if path.suffix == ".gz" or not path.is_file():
         return
     with open(path, "rb") as handle:
-        head = handle.read(6)
+        head = handle.read(10)
     if head.startswith(GZIP_MAGIC):
         raise UserError(f"{path} is gzip-compressed but its name does not end in .gz: rename it {path.name}.gz "
                         "(or decompress it)")
     for magic, kind, tool in OTHER_COMPRESSIONS:
-        if head.startswith(magic):
+        if magic.match(head):
             raise UserError(f"{path} is {kind}-compressed, which is not read: decompress it ({tool} {path.name}) "
                             "or compress it with gzip (.gz)")
 

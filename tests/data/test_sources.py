@@ -308,3 +308,19 @@ def test_an_opening_byte_order_mark_is_not_text_in_plain_or_tsv_files(tmp_path):
     tsv.write_bytes("\ufeffa dog\tein hund\n".encode("utf-8"))
     assert list(sources.read_lines(plain)) == ["a dog", "the \ufeff cat"]  # only the file's first character
     assert list(sources.read_tsv(tsv)) == [("a dog", "ein hund")]
+
+
+def test_compressed_inputs_are_named_and_text_that_begins_like_bzip2_is_text(tmp_path):
+    import bz2
+    import lzma
+
+    from rpr_mt.data.sources import refuse_unnamed_gzip
+
+    for name, data, kind in (("a.xz", lzma.compress(b"a\n"), "xz"), ("a.bz2", bz2.compress(b"a\n"), "bzip2"),
+                             ("empty.bz2", bz2.compress(b""), "bzip2"), ("a.en", gzip.compress(b"a\n"), "gzip")):
+        (tmp_path / name).write_bytes(data)
+        with pytest.raises(UserError, match=f"{name} is {kind}-compressed"):
+            refuse_unnamed_gzip(tmp_path / name)
+    # "BZh" is ASCII: a text line may begin with it (and with its block-size digit)
+    (tmp_path / "names.en").write_text("BZh9 is not a name\nBZhang\n", encoding="utf-8")
+    refuse_unnamed_gzip(tmp_path / "names.en")
