@@ -867,9 +867,9 @@ def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
                             "input: give another file name")
         if text and target.suffix == ".pt":
             raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
-        record = _record_of_a_run_or_data(target)
-        if text and record:
-            raise UserError(f"{option} {path} is {record}; text is never written over it: give another file name")
+        record = _record_of_a_run_or_data(target)  # (nor a checkpoint over one: average-checkpoints -o metrics.jsonl)
+        if record:
+            raise UserError(f"{option} {path} is {record}; it is never written over: give another file name")
 
 
 # What a run directory (one with checkpoints/) keeps of its run: the trainer's config and learning curves, the sweep's
@@ -878,13 +878,13 @@ RUN_RECORDS = ("config.yaml", "metrics.jsonl", "invocations.jsonl", "result.json
 
 
 def _record_of_a_run_or_data(target: Path) -> str:
-    """What the existing file ``target`` is, if it is a run's record or a file of prepared data; else ""."""
-    from rpr_mt.data.prepare import MANIFEST
+    """What the existing file ``target`` is, if it is a run's record or a file that prepare wrote; else ""."""
+    from rpr_mt.data.prepare import written_by_prepare
 
     folder = target.parent
     if target.name in RUN_RECORDS and (folder / "checkpoints").is_dir():
         return f"the {target.name} of the run in {folder}"
-    if (folder / MANIFEST).is_file():
+    if written_by_prepare(target):
         return f"a file of the prepared data in {folder}"
     return ""
 
@@ -908,7 +908,7 @@ def _link_target(target: Path) -> Path:
 
 def _text_writer(raw: typing.BinaryIO, target: Path) -> typing.TextIO:
     """UTF-8 text into ``raw``, gzip-compressed when ``target`` is named .gz. gzip's header keeps a file name (what
-    ``gunzip -N`` restores): the target's, not that of the temporary ``raw`` is."""
+    ``gunzip -N`` restores): the target's, not the name of the temporary file that ``raw`` writes."""
     import gzip
     import io
 

@@ -31,9 +31,9 @@ def setup(root: Path) -> dict[str, str]:
     (root / "run" / "checkpoints").mkdir(parents=True)
     shutil.copy(FIXTURE, root / "run" / "checkpoints" / "checkpoint_00000004.pt")
     (root / "run" / "metrics.jsonl").write_text('{"step": 4, "loss": 5.0}\n', encoding="utf-8")
-    (root / "prepared_x").mkdir()  # a prepared data directory (what prepare writes first and last: its manifest)
-    for name in ("manifest.json", "spm.vocab"):
-        (root / "prepared_x" / name).write_text("{}\n", encoding="utf-8")
+    (root / "prepared_x").mkdir()  # a prepared data directory: its manifest lists the files prepare wrote
+    (root / "prepared_x" / "manifest.json").write_text('{"files": ["spm.vocab"]}\n', encoding="utf-8")
+    (root / "prepared_x" / "spm.vocab").write_text("<unk>\t0\n", encoding="utf-8")
     shutil.copy(FIXTURE, root / "model.pt")
     shutil.copy(OTHER, root / "other.pt")
     (root / "truncated.pt").write_bytes(FIXTURE.read_bytes()[:5000])
@@ -358,6 +358,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("translate: output over a run's metrics", lambda r: [
         "translate", "--checkpoint", f"{r}/run", "-i", f"{r}/src.en", "-o", f"{r}/run/metrics.jsonl"],
      "metrics.jsonl is the metrics.jsonl of the run in"),
+    ("average: output over a run's metrics", lambda r: ["average-checkpoints", f"{r}/model.pt", f"{r}/other.pt", "-o",
+                                                        f"{r}/run/metrics.jsonl"], "is the metrics.jsonl of the run in"),
     ("eval-bleu: --save-hyp over prepared data", lambda r: [
         "eval-bleu", "--checkpoint", f"{r}/model.pt", "--save-hyp", f"{r}/prepared_x/spm.vocab"],
      "spm.vocab is a file of the prepared data in"),

@@ -18,6 +18,7 @@ from typer.testing import CliRunner
 import rpr_mt
 from rpr_mt import checkpoints as ckpt
 from rpr_mt.cli import app
+from rpr_mt.errors import UserError
 
 runner = CliRunner()
 
@@ -479,6 +480,19 @@ def test_translate_checks_its_input_and_options_before_loading_the_model(tmp_pat
     assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "line 2: invalid UTF-8")
     source.write_text("", encoding="utf-8")
     assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "no lines to translate")
+
+
+def test_an_output_beside_prepared_data_may_be_written_again(tmp_path):
+    """Only the files prepare wrote are refused: translations written into a data directory once (test.hyp) were
+    refused the second time, and so was every file of any folder holding some manifest.json."""
+    from rpr_mt.cli import _check_output
+
+    (tmp_path / "manifest.json").write_text('{"files": ["test.de"]}', encoding="utf-8")
+    for name in ("test.de", "test.hyp"):
+        (tmp_path / name).write_text("x\n", encoding="utf-8")
+    _check_output(str(tmp_path / "test.hyp"), "-o")
+    with pytest.raises(UserError, match="test.de is a file of the prepared data in"):
+        _check_output(str(tmp_path / "test.de"), "-o")
 
 
 def test_an_output_named_gz_is_gzip_like_an_input_named_gz(tmp_path):

@@ -27,7 +27,7 @@ import re
 import shutil
 import sys
 from pathlib import Path
-from typing import Any, Iterator, Optional, TextIO
+from typing import Any, Callable, Iterator, Optional, TextIO
 
 import rpr_mt
 from rpr_mt.config import DataConfig, validate_data, yaml_value
@@ -458,10 +458,21 @@ _OWN_NAME = re.compile(r"spm\.(model|vocab)|[\w-]+\.(src|tgt)\.(ids|offsets)\.np
 
 
 def _foreign_entries(out: Path) -> list[str]:
-    """Names in a prepared ``out`` that prepare did not write, sorted: not listed in its manifest (or, when that is
-    unreadable, not shaped like prepare's files)."""
+    """Names in a prepared ``out`` that prepare did not write, sorted."""
     if not out.is_dir() or not (out / MANIFEST).is_file():
         return []
+    own = _written_by_prepare(out)
+    return sorted(p.name for p in out.iterdir() if not own(p.name))
+
+
+def written_by_prepare(path: Path) -> bool:
+    """Whether ``path`` is one of the files of a prepared data directory (what ``translate -o`` must not replace)."""
+    return (path.parent / MANIFEST).is_file() and _written_by_prepare(path.parent)(path.name)
+
+
+def _written_by_prepare(out: Path) -> Callable[[str], bool]:
+    """Whether a name in the prepared ``out`` is one prepare wrote: listed in its manifest (or, when that is
+    unreadable, shaped like prepare's files)."""
     try:
         listed = read_manifest(out).get("files")
     except UserError:
@@ -472,7 +483,7 @@ def _foreign_entries(out: Path) -> list[str]:
             return True
         return name in listed if isinstance(listed, list) else bool(_OWN_NAME.fullmatch(name))
 
-    return sorted(p.name for p in out.iterdir() if not own(p.name))
+    return own
 
 
 def _swap_into_place(tmp: Path, out: Path) -> None:
