@@ -700,10 +700,16 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
     data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab_sha256)
     src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
     if not src_path.is_file():
-        prepared = {p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}")}
-        prepared |= set(_manifest_splits(data_dir))  # a train-only directory has no text files (train is kept as ids)
-        if prepared:  # the data is there, the split is not: a prepare would not help
-            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(sorted(prepared))}); "
+        with_text = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
+        listed = _manifest_splits(data_dir)
+        if split == "train" and split in listed:  # prepare keeps no training text: it can be large
+            raise UserError(f"--split train: {data_dir} keeps the training pairs as token ids only, not as text; "
+                            "score a file of your own with --hyp/--ref")
+        if split in listed:  # prepared, and its text file removed since
+            raise UserError(f"{src_path} is missing from the prepared data: prepare it again with --force "
+                            f"({_prepare_command(checkpoint)})")
+        if with_text or listed:  # the data is there, the split is not: a prepare would not help
+            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(with_text or listed)}); "
                             "score a file of your own with --hyp/--ref")
         raise UserError(f"{src_path} not found: prepare the data first ({_prepare_command(checkpoint)}) or pass "
                         "--hyp/--ref")

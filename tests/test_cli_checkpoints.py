@@ -273,6 +273,13 @@ def test_eval_bleu_of_a_split_that_train_only_data_lacks_says_so(run_dir, tmp_pa
     result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(tmp_path / "model.pt"), "--split", "dev"])
     assert result.exit_code == 2 and "--split dev: " in result.output, result.output
     assert "has no such split (it has train); score a file of your own with --hyp/--ref" in result.output
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(tmp_path / "model.pt"), "--split", "train"])
+    assert result.exit_code == 2 and "keeps the training pairs as token ids only, not as text" in result.output
+    manifest["splits"]["dev"] = {"read": 5}  # prepared, and its text removed since
+    (tmp_path / "train_only" / "manifest.json").write_text(json.dumps(manifest))
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(tmp_path / "model.pt"), "--split", "dev"])
+    assert result.exit_code == 2 and "dev.en is missing from the prepared data: prepare it again with --force" \
+        in result.output
 
 
 def test_eval_bleu_checks_the_split_and_save_hyp_before_loading_the_weights(run_dir, monkeypatch):
