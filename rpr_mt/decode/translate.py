@@ -283,22 +283,30 @@ def best_joins(units: list[list[Hypothesis]], n: int, alpha: float) -> list[tupl
     That score does not add up over sentences, so the joins of the k-th bests (what this did before) can miss
     better ones; trying every join is exponential in the sentences. For a given total length, though, the score
     grows with the log-probability sum, so the ``n`` best joins of that length extend only the ``n`` best prefixes
-    of their own lengths (any other prefix has ``n`` better ones to take its place). Kept per total length, that
-    makes the search exact in ``sentences x lengths x beam x n`` steps. Ties go to the earlier choices."""
-    # total length -> up to n (logprob sum, indices of the hypotheses chosen so far)
-    frontier: dict[int, list[tuple[float, tuple[int, ...]]]] = {0: [(0.0, ())]}
+    of their own lengths (any other prefix has ``n`` better ones to take its place). Kept per total length, with a
+    back-pointer each, that makes the search exact in ``sentences x lengths x beam x n`` steps."""
+    # per sentence: total length -> up to n (logprob sum, (length, rank) of the prefix extended, hypothesis index)
+    stages: list[dict[int, list[tuple[float, tuple[int, int], int]]]] = []
+    frontier: dict[int, list[float]] = {0: [0.0]}  # total length -> the kept prefixes' logprob sums, best first
     for hyps in units:
-        grown: dict[int, list[tuple[float, tuple[int, ...]]]] = collections.defaultdict(list)
-        for length, prefixes in frontier.items():
-            for logprob, picks in prefixes:
+        grown: dict[int, list[tuple[float, tuple[int, int], int]]] = collections.defaultdict(list)
+        for length, sums in frontier.items():
+            for rank, logprob in enumerate(sums):
                 for i, hyp in enumerate(hyps):
-                    grown[length + len(hyp.tokens) + 1].append((logprob + hyp.logprob, picks + (i,)))
-        frontier = {length: heapq.nsmallest(n, options, key=lambda o: (-o[0], o[1]))
-                    for length, options in grown.items()}
-    joins = [(logprob / gnmt_length_penalty(length, alpha), picks)
-             for length, options in frontier.items() for logprob, picks in options]
-    return [(score, [hyps[i] for hyps, i in zip(units, picks)])
-            for score, picks in heapq.nsmallest(n, joins, key=lambda j: (-j[0], j[1]))]
+                    grown[length + len(hyp.tokens) + 1].append((logprob + hyp.logprob, (length, rank), i))
+        kept = {length: heapq.nlargest(n, options, key=lambda o: o[0]) for length, options in grown.items()}
+        stages.append(kept)
+        frontier = {length: [o[0] for o in options] for length, options in kept.items()}
+    ends = [(logprob / gnmt_length_penalty(length, alpha), length, rank)
+            for length, sums in frontier.items() for rank, logprob in enumerate(sums)]
+    joins = []
+    for score, length, rank in heapq.nlargest(n, ends, key=lambda e: e[0]):
+        chosen: list[Hypothesis] = []
+        for hyps, kept in zip(reversed(units), reversed(stages)):  # follow the back-pointers to the first sentence
+            _, (length, rank), i = kept[length][rank]
+            chosen.append(hyps[i])
+        joins.append((score, chosen[::-1]))
+    return joins
 
 
 def short_outputs(

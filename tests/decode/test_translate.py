@@ -240,7 +240,7 @@ def test_the_nbest_joins_of_a_split_line_are_the_best_of_every_join() -> None:
                                                  itertools.product(*units))), key=lambda e: (-e[0], e[1]))
         got = best_joins(units, n, alpha)
         assert len(got) == min(n, len(every))
-        for (score, chosen), (want, picks) in zip(got, every):
+        for (score, chosen), (want, picks) in zip(got, every):  # (random log-probabilities: no ties)
             assert score == pytest.approx(want) and chosen == [u[i] for u, i in zip(units, picks)], trial
     # the case that the k-th-bests join missed: two sentences, second bests far apart
     one = [Hypothesis([1], 0.0, -1.0), Hypothesis([2], 0.0, -5.0)]
