@@ -321,7 +321,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
     # xz and bzip2 read as text: "invalid UTF-8" at some line
     ("prepare: xz input", lambda r: ["prepare", "--config", f"{r}/xz_files.yaml"],
-     "three.en.xz is xz-compressed, which is not read: decompress it (unxz three.en.xz)"),
+     "three.en.xz is xz-compressed: rpr-mt reads plain text or gzip (.gz); unxz three.en.xz and give it"),
     ("translate: empty output path", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/src.en",
                                                 "-o", ""], "--output: an empty path"),
     # Path("") is ".": an empty path was reported as a directory, or as "no checkpoint_best.pt in ."
@@ -339,7 +339,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("translate: gzip without .gz", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/gzipped.en"],
      "gzipped.en is gzip-compressed but its name does not end in .gz"),
     ("translate: bzip2 input", lambda r: ["translate", "--checkpoint", f"{r}/model.pt", "-i", f"{r}/three.en.bz2"],
-     "three.en.bz2 is bzip2-compressed, which is not read"),
+     "three.en.bz2 is bzip2-compressed: rpr-mt reads plain text"),
     ("plot: run without metrics", lambda r: ["plot", f"{r}/empty_run"], "metrics.jsonl"),
     ("plot: missing run", lambda r: ["plot", f"{r}/nope_run"], "nope_run"),
     ("export: unknown quantization", lambda r: ["export", f"{r}/model.pt", "--output", f"{r}/ct2", "--quantization",

@@ -81,7 +81,8 @@ GZIP_MAGIC = b"\x1f\x8b"
 # gave "invalid UTF-8" at some line, which says nothing of the cause.
 # bzip2's "BZh" is ASCII, so its block size digit and first block's (or, empty, its end's) magic must follow.
 OTHER_COMPRESSIONS = ((re.compile(rb"BZh[1-9](1AY&SY|\x17rE8P\x90)", re.DOTALL), "bzip2", "bunzip2"),
-                      (re.compile(rb"\xfd7zXZ\x00"), "xz", "unxz"), (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd", "unzstd"))
+                      (re.compile(rb"\xfd7zXZ\x00"), "xz", "unxz"), (re.compile(rb"\x28\xb5\x2f\xfd"), "zstd", "unzstd"),
+                      (re.compile(rb"PK\x03\x04"), "a zip archive", "unzip"))  # OPUS's downloads
 
 
 def refuse_unnamed_gzip(path: Path) -> None:
@@ -97,8 +98,9 @@ def refuse_unnamed_gzip(path: Path) -> None:
                         "(or decompress it)")
     for magic, kind, tool in OTHER_COMPRESSIONS:
         if magic.match(head):
-            raise UserError(f"{path} is {kind}-compressed, which is not read: decompress it ({tool} {path.name}) "
-                            "or compress it with gzip (.gz)")
+            what = kind if kind.startswith("a ") else f"{kind}-compressed"
+            raise UserError(f"{path} is {what}: rpr-mt reads plain text or gzip (.gz); {tool} {path.name} and give "
+                            "it the text file")
 
 
 def _open_binary(path: Path, *, decompress: bool = True) -> BinaryIO:

@@ -267,7 +267,8 @@ def _train(
         # fingerprint have none
         if payload.get("train_data") not in (None, trained_on):
             raise UserError(f"{path} was trained on other training pairs than {data_dir} holds now (prepared again "
-                            "since from changed inputs?). To resume, restore the inputs and prepare again; to start "
+                            "since from changed inputs?). To resume, restore the inputs and run `rpr-mt prepare "
+                            "--force` with this run's config; to start "
                             "over on this data, pass --overwrite (deletes the run's checkpoints) or choose another "
                             "train.run_dir")
         state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device,

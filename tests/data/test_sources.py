@@ -321,6 +321,19 @@ def test_compressed_inputs_are_named_and_text_that_begins_like_bzip2_is_text(tmp
         (tmp_path / name).write_bytes(data)
         with pytest.raises(UserError, match=f"{name} is {kind}-compressed"):
             refuse_unnamed_gzip(tmp_path / name)
+    (tmp_path / "en-de.txt.zip").write_bytes(_zip_of("en-de.en", b"a\n"))
+    with pytest.raises(UserError, match="en-de.txt.zip is a zip archive: rpr-mt reads plain text or gzip"):
+        refuse_unnamed_gzip(tmp_path / "en-de.txt.zip")
     # "BZh" is ASCII: a text line may begin with it (and with its block-size digit)
     (tmp_path / "names.en").write_text("BZh9 is not a name\nBZhang\n", encoding="utf-8")
     refuse_unnamed_gzip(tmp_path / "names.en")
+
+
+def _zip_of(name: str, data: bytes) -> bytes:
+    import io
+    import zipfile
+
+    buffer = io.BytesIO()
+    with zipfile.ZipFile(buffer, "w") as archive:
+        archive.writestr(name, data)
+    return buffer.getvalue()
