@@ -223,10 +223,7 @@ def score(
         lc_ref = _as_multi30k_tok(references, lang, ref_tokenized)
     tok_result = tok_bleu.corpus_score(tok_hyp, [tok_ref])
     lc_result = tok_bleu.corpus_score(lc_hyp, [lc_ref])
-    # the literature BLEU's preparation as it was done: two files that both read as tokenized were scored as they
-    # are, with or without --pretokenized (their signature said lc.norm.tok though nothing was tokenized)
-    as_they_are = pretokenized or (hyp_tokenized and ref_tokenized)
-    prep = LC_TOK_PRETOKENIZED if as_they_are else LC_TOK_PREP.format(lang=lang)
+    prep = LC_TOK_PRETOKENIZED if pretokenized else LC_TOK_PREP.format(lang=lang)
     return {
         # min: the geometric mean of four precisions of 1 came out as 100.00000000000004 on identical text
         "sacrebleu": min(bleu_result.score, 100.0),
@@ -238,7 +235,7 @@ def score(
         "tok_bleu_description": (TOK_BLEU_PRETOKENIZED_DESCRIPTION if pretokenized
                                  else TOK_BLEU_DESCRIPTION.format(lang=lang)),
         "lc_tok_bleu": min(lc_result.score, 100.0),
-        "lc_tok_bleu_signature": f"{tok_bleu.get_signature()}|prep:{'pretokenized' if as_they_are else 'lc.norm.tok'}",
+        "lc_tok_bleu_signature": f"{tok_bleu.get_signature()}|prep:{'pretokenized' if pretokenized else 'lc.norm.tok'}",
         "lc_tok_bleu_description": LC_TOK_BLEU_DESCRIPTION.format(prep=prep),
         "lines": len(hypotheses),
     }
