@@ -98,6 +98,8 @@ def refuse_unnamed_gzip(path: Path) -> None:
                         "(or decompress it)")
     for magic, kind, tool in OTHER_COMPRESSIONS:
         if magic.match(head):
+            if path.suffix in (".pt", ".pth"):  # torch.save writes a zip archive
+                raise UserError(f"{path} is a PyTorch checkpoint, not text: give the text file")
             what = kind if kind.startswith("a ") else f"{kind}-compressed"
             raise UserError(f"{path} is {what}: rpr-mt reads plain text or gzip (.gz); {tool} {path.name} and give "
                             "it the text file")

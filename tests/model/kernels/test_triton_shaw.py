@@ -263,7 +263,7 @@ def test_unavailable_is_a_clear_error(monkeypatch):
             triton_shaw.triton_relative_attention(*(t.to("meta") for t in (q, k, v, rk, rv)), None, None, None,
                                                   1, 0, 0.0)
     monkeypatch.setattr(triton_shaw, "triton", None)
-    with pytest.raises(ValueError, match=r"needs the triton package \(pip install 'rpr-mt\[triton\]'\)"):
+    with pytest.raises(ValueError, match=r"needs the triton package \(pip install 'triton>=3.2'\)"):
         relative_attention(q, k, v, rk, rv, clip=1, impl="triton")
 
 
