@@ -325,16 +325,21 @@ def _small_corpus(tmp_path: Path) -> Path:
     return corpus
 
 
-def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepared_again(tmp_path):
-    """The training text changed under a run with checkpoints: re-preparing would replace the vocabulary the
-    checkpoints need (and then refuse to resume, with the old data gone). The refusal comes first and leaves the
-    prepared data as it was; --overwrite starts over on the new text."""
+def _trained_on_small_corpus(tmp_path: Path) -> tuple[Path, dict, bytes]:
+    """A run of 2 updates on ``_small_corpus``: the corpus, the run's raw config and its SentencePiece model's bytes."""
     corpus = _small_corpus(tmp_path)
     raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
     raw["data"] = {"source": "files", "output_dir": str(tmp_path / "data"), "vocab_size": 60,
                    "splits": {"train": {"src": str(corpus / "train.en"), "tgt": str(corpus / "train.de")}}}
     train(config_from_dict(raw), progress=False)
-    vocab = (tmp_path / "data" / "spm.model").read_bytes()
+    return corpus, raw, (tmp_path / "data" / "spm.model").read_bytes()
+
+
+def test_resuming_after_the_corpus_changed_is_refused_before_the_data_is_prepared_again(tmp_path):
+    """The training text changed under a run with checkpoints: re-preparing would replace the vocabulary the
+    checkpoints need (and then refuse to resume, with the old data gone). The refusal comes first and leaves the
+    prepared data as it was; --overwrite starts over on the new text."""
+    corpus, raw, vocab = _trained_on_small_corpus(tmp_path)
     with open(corpus / "train.en", "a") as handle, open(corpus / "train.de", "a") as other:
         handle.write("zebra quagga okapi\n")
         other.write("ZEBRA QUAGGA OKAPI\n")
@@ -349,12 +354,7 @@ def test_resuming_on_training_pairs_prepared_again_from_changed_inputs_is_refuse
     """The corpus changed and the user ran `rpr-mt prepare` before resuming: the inputs then match the rewritten
     manifest and the vocabulary came out the same, so the run went on, silently, on other pairs. Its checkpoints
     now keep the fingerprint of the pairs they were trained on."""
-    corpus = _small_corpus(tmp_path)
-    raw = tiny(tmp_path / "data", tmp_path / "run", train={"max_steps": 2, "valid_bleu": False})
-    raw["data"] = {"source": "files", "output_dir": str(tmp_path / "data"), "vocab_size": 60,
-                   "splits": {"train": {"src": str(corpus / "train.en"), "tgt": str(corpus / "train.de")}}}
-    train(config_from_dict(raw), progress=False)
-    vocab = (tmp_path / "data" / "spm.model").read_bytes()
+    corpus, raw, vocab = _trained_on_small_corpus(tmp_path)
     for name in ("train.en", "train.de"):  # the same pairs in another order: the same vocabulary, other pairs
         lines = (corpus / name).read_text().splitlines()
         (corpus / name).write_text("\n".join(lines[60:] + lines[:60]) + "\n")
