@@ -460,6 +460,8 @@ def eval_bleu(
         raise UserError(f"--lang must be a two-letter ISO 639-1 language code such as en, de or fr (got {lang!r})")
     # Path problems first (exists, is a file, readable), naming conventions after: a --ref that is a directory is
     # not a question of its suffix.
+    if hyp is not None and ref is not None and str(hyp) == str(ref) == "-":  # the second read found stdin empty
+        raise UserError("--hyp and --ref cannot both be stdin (-): give at least one of them as a file")
     for path, option in ((hyp, "--hyp"), (ref, "--ref")):
         if path is not None:
             _check_input(str(path), option)

@@ -360,6 +360,8 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
      "metrics.jsonl is the metrics.jsonl of the run in"),
     ("average: output over a run's metrics", lambda r: ["average-checkpoints", f"{r}/model.pt", f"{r}/other.pt", "-o",
                                                         f"{r}/run/metrics.jsonl"], "is the metrics.jsonl of the run in"),
+    ("eval-bleu: --hyp and --ref both stdin", lambda r: ["eval-bleu", "--hyp", "-", "--ref", "-", "--lang", "de"],
+     "--hyp and --ref cannot both be stdin"),
     ("eval-bleu: --save-hyp over prepared data", lambda r: [
         "eval-bleu", "--checkpoint", f"{r}/model.pt", "--save-hyp", f"{r}/prepared_x/spm.vocab"],
      "spm.vocab is a file of the prepared data in"),

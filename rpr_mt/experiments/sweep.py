@@ -168,6 +168,11 @@ def plan_runs(config_path: str | Path, tables: Iterable[str], seeds: Iterable[in
     """One run per distinct (resolved config, seed), each listing the table cells it stands for. A table or seed
     named twice is planned once (each cell would otherwise stand twice in its run's cells)."""
     tables, seeds = list(dict.fromkeys(tables)), list(dict.fromkeys(seeds))
+    for override in overrides:  # run_config sets both for every run after the user's --set: it was dropped silently
+        key = override.partition("=")[0].strip()
+        if key in ("train.seed", "train.run_dir"):
+            owner = "--seeds" if key == "train.seed" else "--root (each run is ROOT/RUN/seedN)"
+            raise UserError(f"--set {override.strip()}: a sweep sets {key} of every run from {owner}; remove the --set")
     base = comparable_config(load_config(config_path, overrides))
     resolved = []
     for table in tables:

@@ -393,6 +393,13 @@ def test_list_and_running_agree_on_a_plan_from_before_settings_were_recorded(bas
         check_plan({**legacy, "config": "elsewhere/base.yaml"}, root, base_config, [])
 
 
+def test_a_set_of_what_the_sweep_sets_itself_is_refused(base_config):
+    """--set train.seed=5 and --set train.run_dir=... were accepted and then replaced by --seeds and --root."""
+    for override, owner in (("train.seed=5", "--seeds"), ("train.run_dir=/tmp/x", "--root")):
+        with pytest.raises(UserError, match=rf"--set {override}: a sweep sets .* from {owner}"):
+            plan_runs(base_config, ["positions"], [1], [override])
+
+
 def test_a_table_or_seed_named_twice_is_planned_once(base_config):
     """--tables positions positions (or a repeated seed) listed each cell twice in its run and in the log."""
     runs = plan_runs(base_config, ["positions", "clip", "positions"], [2, 1, 2], [])
