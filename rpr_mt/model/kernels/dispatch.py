@@ -72,7 +72,7 @@ def choose_impl(q: Tensor, k_len: int, *, tables: bool, needs_grad: bool) -> str
     """The implementation for a call with queries like ``q`` [B, H, Lq, d] (already in the compute dtype), ``k_len``
     keys, with or without relative tables, and whether a gradient is needed (see the module docstring)."""
     q_len = q.shape[2]
-    native_ok = native.available(q) and not torch.is_autocast_enabled(q.device.type)
+    native_ok = native.available(q)
     if tables:
         if q_len < _CHUNKED_MIN_QUERIES:
             return "gather"
@@ -113,6 +113,16 @@ def _triton_ready(device_index: int | None) -> bool:
     if triton_shaw.triton is None or version_tuple(triton_shaw.triton.__version__) < _TRITON_MIN_VERSION:
         return False
     return not triton_shaw.interpreting()  # the interpreter runs CPU tensors only (triton_shaw.unavailable_reason)
+
+
+def _float32_on_cpu(device_type: str, dtype: torch.dtype) -> bool:
+    """Whether a CPU call under low-precision autocast computes its attention in float32 on the C kernels instead.
+    The attention's matrix products are a small share of an update (d_head columns), and on the CPU the float32
+    kernels are faster than the bfloat16 torch path ("fused"), whose casts and chunk copies cost more than its
+    arithmetic saves: the Multi30k recipe's model trained at 1.24x its float32 speed in bf16 with "fused" attention
+    and at more with float32 attention (benchmarks/bench_train.py --precisions fp32 bf16, docs/benchmarks.md).
+    Float32 is also the more accurate choice; the projections around the attention stay in bfloat16."""
+    return device_type == "cpu" and dtype != torch.float32 and native.available(torch.empty(0))
 
 
 def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
@@ -246,6 +256,8 @@ def relative_attention(
 
     device_type = q.device.type
     dtype = torch.get_autocast_dtype(device_type) if torch.is_autocast_enabled(device_type) else q.dtype
+    if impl == "auto" and _float32_on_cpu(device_type, dtype):
+        dtype = torch.float32
     q, k, v, bucket_bias = (_cast(t, dtype) for t in (q, k, v, bucket_bias))
     bias = _bias_4d(bias, (batch, heads, q_len, k_len), dtype)
     needs_grad = _needs_grad(q, k, v, rel_k, rel_v, bias, bucket_bias)
