@@ -6,7 +6,8 @@ attend) and an optional float logit bias (what T5, ALiBi and Transformer-XL add 
 
 Implementations (``impl``):
 
-* ``"native"``: C row kernels (``native.py``); float32 on CPU with a C compiler. With tables, 15-30% faster than
+* ``"native"``: C row kernels (``native.py``); float32 on CPU with a C compiler, also under bf16 autocast (the
+  activations are cast up: ``_float32_on_cpu``). With tables, 15-30% faster than
   "fused"; without tables, in training, 0.57-0.66x the time of SDPA with attention dropout 0.1 at L = 48-128 (SDPA's
   CPU kernels fall back to an unfused path with dropout) and 0.76-0.95x without (benchmarks/bench_attention.py,
   benchmarks/bench_content_attention.py).
@@ -122,7 +123,8 @@ def _float32_on_cpu(device_type: str, dtype: torch.dtype) -> bool:
     arithmetic saves: the Multi30k recipe's model trained at 1.24x its float32 speed in bf16 with "fused" attention
     and at more with float32 attention (benchmarks/bench_train.py --precisions fp32 bf16, docs/benchmarks.md).
     Float32 is also the more accurate choice; the projections around the attention stay in bfloat16."""
-    return device_type == "cpu" and dtype != torch.float32 and native.available(torch.empty(0))
+    return (device_type == "cpu" and dtype in (torch.bfloat16, torch.float16) and torch.is_autocast_enabled("cpu")
+            and native.available(torch.empty(0)))
 
 
 def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:
@@ -205,7 +207,8 @@ def relative_attention(
 
     Returns:
         [B, H, Lq, d]. Under autocast the computation runs in the autocast dtype (like matmul); the softmax of a
-        low-precision row is accumulated in float32 by torch's kernels.
+        low-precision row is accumulated in float32 by torch's kernels. The exception: with impl="auto" on a CPU
+        with the C kernels, it runs in float32 there and returns float32 (``_float32_on_cpu``).
     """
     if q.dim() != 4 or k.dim() != 4 or v.dim() != 4:
         raise ValueError(f"q, k, v must be [B, H, L, d], got {tuple(q.shape)}, {tuple(k.shape)}, {tuple(v.shape)}")

@@ -6,7 +6,7 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from rpr_mt.model.kernels import content_attention, dispatch
+from rpr_mt.model.kernels import content_attention, dispatch, native, relative_attention
 
 
 @pytest.fixture
@@ -55,3 +55,56 @@ def test_the_setting_is_restored_when_sdpa_raises(cudnn_flag, monkeypatch):
     with pytest.raises(RuntimeError, match="out of memory"):
         content_attention(q, q, q, impl="sdpa")
     assert torch.backends.cuda.cudnn_sdp_enabled()
+
+
+needs_native = pytest.mark.skipif(not native.available(torch.empty(0)), reason="the C kernels need a C compiler")
+
+
+def _shaw_inputs(dtype: torch.dtype):
+    gen = torch.Generator().manual_seed(3)
+    q, k, v = (torch.randn(2, 3, 9, 8, generator=gen).to(dtype).requires_grad_() for _ in range(3))
+    rel_k, rel_v = (torch.randn(3, 5, 8, generator=gen).requires_grad_() for _ in range(2))  # float32 parameters
+    mask = torch.ones(2, 1, 9, 9, dtype=torch.bool).tril()
+    return q, k, v, rel_k, rel_v, mask
+
+
+@needs_native
+def test_cpu_bf16_autocast_computes_attention_in_float32_on_the_c_kernels():
+    """Under CPU autocast the attention is the float32 C kernels' result on the bf16 activations (exactly), and the
+    gradients return to the activations in bfloat16 and to the tables in float32."""
+    q, k, v, rel_k, rel_v, mask = _shaw_inputs(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = relative_attention(q, k, v, rel_k, rel_v, clip=2, attn_mask=mask)
+    assert out.dtype == torch.float32
+    out.square().sum().backward()
+    plain = [t.detach().float().requires_grad_() for t in (q, k, v)]
+    tables = [t.detach().clone().requires_grad_() for t in (rel_k, rel_v)]
+    expected = relative_attention(*plain, *tables, clip=2, attn_mask=mask, impl="native")
+    expected.square().sum().backward()
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+    for low, high in zip((q, k, v), plain):
+        assert low.grad.dtype == torch.bfloat16
+        torch.testing.assert_close(low.grad, high.grad.to(torch.bfloat16), rtol=0, atol=0)
+    for got, want in zip((rel_k, rel_v), tables):
+        assert got.grad.dtype == torch.float32
+        torch.testing.assert_close(got.grad, want.grad, rtol=0, atol=0)
+
+
+@needs_native
+def test_content_attention_under_cpu_autocast_is_float32_too():
+    q, k, v, _, _, mask = _shaw_inputs(torch.bfloat16)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = content_attention(q, k, v, attn_mask=mask)
+    expected = content_attention(q.float(), k.float(), v.float(), attn_mask=mask, impl="native")
+    assert out.dtype == torch.float32
+    torch.testing.assert_close(out, expected, rtol=0, atol=0)
+
+
+def test_an_explicit_implementation_under_cpu_autocast_computes_in_the_autocast_dtype():
+    """Only the automatic choice moves to float32; impl="fused" is the bf16 torch path it replaced."""
+    q, k, v, rel_k, rel_v, mask = _shaw_inputs(torch.float32)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        out = relative_attention(q, k, v, rel_k, rel_v, clip=2, attn_mask=mask, impl="fused")
+    assert out.dtype == torch.bfloat16
+    reference = relative_attention(q, k, v, rel_k, rel_v, clip=2, attn_mask=mask, impl="gather")
+    torch.testing.assert_close(out.float(), reference, atol=5e-2, rtol=5e-2)
