@@ -33,6 +33,25 @@ def autocast(device: torch.device, precision: str) -> contextlib.AbstractContext
     return torch.autocast(device_type=device.type, dtype=dtype)
 
 
+def cpu_bf16_warning(device: torch.device, precision: str) -> str | None:
+    """A warning when bf16 autocast is asked of a CPU without bfloat16 instructions (AVX512-BF16 or AMX): oneDNN
+    then emulates the bf16 matrix products, and an update takes several times as long as in fp32 (on an AVX2-only
+    machine here the recipe model did not finish 4 updates in 300 s). Where the instructions exist, bf16 is the
+    faster choice (docs/benchmarks.md, "bf16 on the CPU")."""
+    if device.type != "cpu" or precision != "bf16" or _cpu_has_bf16_instructions():
+        return None
+    return ("train.precision is bf16 but this CPU has no bfloat16 instructions (AVX512-BF16 or AMX): its matrix "
+            "products are emulated, several times slower than fp32; use --set train.precision=fp32 here")
+
+
+def _cpu_has_bf16_instructions() -> bool:
+    """What torch reports of this CPU (private functions of torch.cpu: unknown counts as yes, so no false alarm)."""
+    probes = [getattr(torch.cpu, name, None) for name in ("_is_avx512_bf16_supported", "_is_amx_tile_supported")]
+    if not any(callable(probe) for probe in probes):
+        return True
+    return any(callable(probe) and probe() for probe in probes)
+
+
 def peak_memory_mb(device: torch.device) -> float:
     """Peak memory so far: allocated GPU memory on CUDA, the process's maximum resident set on CPU."""
     if device.type == "cuda":

@@ -44,7 +44,7 @@ from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import BatchStream, usable_examples
 from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, failed_write, \
     latest_valid_checkpoint, remove_stale_temporaries
-from rpr_mt.train.device import autocast, peak_memory_mb, pick_device
+from rpr_mt.train.device import autocast, cpu_bf16_warning, peak_memory_mb, pick_device
 from rpr_mt.train.distributed import Distributed, init_distributed
 from rpr_mt.train.init_from import init_from
 from rpr_mt.train.logger import Logger
@@ -146,6 +146,8 @@ def _train(
         return _dry_run(cfg, dd)
     run_dir = Path(t.run_dir)
     log = dd.log
+    if (slow_bf16 := cpu_bf16_warning(device, t.precision)) is not None:
+        log(f"warning: {slow_bf16}")
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
     check_run_dir(run_dir, t.tensorboard, Path(cfg.data.output_dir))

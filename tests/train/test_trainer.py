@@ -90,12 +90,16 @@ def test_resume_is_bit_identical_to_an_uninterrupted_run(tmp_path, demo_data):
         assert torch.equal(a[key], b[key]), key
 
 
-def test_bf16_autocast_trains_on_cpu(tmp_path, demo_data):
+def test_bf16_autocast_trains_on_cpu(tmp_path, demo_data, monkeypatch, capsys):
+    # as on a CPU without bfloat16 instructions: the run is warned of at its start, and trains all the same
+    monkeypatch.setattr(torch.cpu, "_is_avx512_bf16_supported", lambda: False, raising=False)
+    monkeypatch.setattr(torch.cpu, "_is_amx_tile_supported", lambda: False, raising=False)
     cfg = config_from_dict(tiny(demo_data, tmp_path / "bf16", train={"precision": "bf16", "max_steps": 30,
                                                                      "validate_every": 30}))
     result = train(cfg, progress=False)
     values = losses(tmp_path / "bf16")
     assert result.step == 30 and all(math.isfinite(v) for v in values) and values[-1] < values[0]
+    assert "warning: train.precision is bf16 but this CPU has no bfloat16 instructions" in capsys.readouterr().err
 
 
 def test_ddp_two_gloo_processes_equal_one_process(tmp_path, demo_data):
