@@ -194,8 +194,10 @@ def _train(
             log(f"warning: the dev set of {run_dir} changed since its last validation ({dev_changed}): its best "
                 "checkpoint and patience compare new validations with a best score measured on the old set")
         if diffs and not overwrite:
-            refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); "
-                       "pass --overwrite to delete that run (its checkpoints too) or choose another train.run_dir")
+            settings = config_path if config_path.is_file() else "in its checkpoints"
+            refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); to resume it, "
+                       f"train with its own settings ({settings}); to start another run, choose another "
+                       "train.run_dir, or pass --overwrite to delete that run (its checkpoints too)")
         elif changed and not overwrite and other_settings:
             # The run's config is unchanged, so another config prepared the shared directory since: this run's own
             # settings and inputs rebuild what its checkpoints were trained on (the vocabulary check below confirms)

@@ -306,7 +306,8 @@ def test_a_run_without_its_config_yaml_is_compared_with_its_checkpoints_config(t
     assert any((tmp_path / "run" / "tensorboard").iterdir())
     other = config_from_dict(tiny(demo_data, tmp_path / "run", model={"d_model": 64}, train={"max_steps": 2,
                                                                                              "tensorboard": False}))
-    with pytest.raises(UserError, match=r"different config \(model.d_model: 32 -> 64\).*deletes? that run"):
+    with pytest.raises(UserError, match=r"different config \(model.d_model: 32 -> 64\); to resume it, train with its own settings \(in its "
+                       r"checkpoints\).*another train.run_dir.*--overwrite to delete that run"):
         train(other, progress=False)
     assert train(other, overwrite=True, progress=False).step == 2
     assert not (tmp_path / "run" / "tensorboard").exists()
