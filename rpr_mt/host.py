@@ -85,3 +85,12 @@ def new_file_mode() -> int:
     umask = os.umask(0)  # read it the only way there is: set it, and put it back at once
     os.umask(umask)
     return 0o666 & ~umask
+
+
+def usable_cores() -> int:
+    """The CPU cores this process may run on (its affinity, as taskset or a container's cpuset narrows it), else
+    the machine's logical CPUs."""
+    try:
+        return len(os.sched_getaffinity(0))
+    except AttributeError:  # macOS and Windows have no affinity call
+        return os.cpu_count() or 1
