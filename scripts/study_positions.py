@@ -76,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
             if args.report:
                 if args.plot:  # written after the tables: a place it cannot go is said before them
                     check_creatable_directory(Path(args.plot).parent, f"--plot {args.plot}: its directory")
-                sweep = load_sweep(args.root)
+                sweep = load_sweep(args.root, made_by="scripts/study_positions.py")
                 if not any(table == "schemes" for table, _ in sweep.cells):
                     raise UserError(f"{args.root} holds no position-study runs (its plan has no 'schemes' cells); "
                                     "the paper's tables of scripts/sweep.py are read by scripts/aggregate.py")

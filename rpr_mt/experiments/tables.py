@@ -98,11 +98,13 @@ def _read_json(path: Path) -> Any:
         raise UserError(f"{path}: not readable JSON ({exc})") from None
 
 
-def load_sweep(root: str | Path) -> SweepResults:
+def load_sweep(root: str | Path, made_by: str = "scripts/sweep.py") -> SweepResults:
+    """The plan and finished runs of a sweep root; ``made_by`` names the script that makes such roots in the
+    error for a directory that is none."""
     root = Path(root)
     plan_path = root / "plan.json"
     if not plan_path.is_file():
-        raise UserError(f"{plan_path} not found: is {root} a sweep root (made by scripts/sweep.py)?")
+        raise UserError(f"{plan_path} not found: is {root} a results root made by {made_by}?")
     plan = _read_json(plan_path)
     if not isinstance(plan, dict) or not isinstance(plan.get("runs"), dict):
         raise UserError(f"{plan_path} is not a sweep plan (no 'runs' mapping); scripts/sweep.py writes it")

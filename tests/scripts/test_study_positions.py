@@ -66,3 +66,11 @@ def test_a_plot_under_a_file_is_refused_before_the_tables(tmp_path, capsys):
     captured = capsys.readouterr()
     assert captured.out == "" and captured.err.count("\n") == 1
     assert f"--plot {plot}: its directory {tmp_path / 'notes.txt'} is a file" in captured.err
+
+
+def test_a_directory_without_a_plan_names_the_study_script(tmp_path, capsys):
+    """It named scripts/sweep.py, which makes the paper's tables, not a study root."""
+    study = load_script("scripts/study_positions.py")
+    assert study.main(report(tmp_path)) == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and "is " + str(tmp_path) + " a results root made by scripts/study_positions.py?" in err
