@@ -176,7 +176,7 @@ class TrainConfig:
     label_smoothing: float = 0.1  # label-smoothed cross entropy
     clip_norm: float = 0.0  # gradient-norm clipping; 0 = off
     precision: Literal["fp32", "bf16", "fp16"] = "fp32"  # autocast dtype; fp16 only on CUDA (with GradScaler)
-    device: Literal["auto", "cpu", "cuda"] = "auto"  # auto = cuda when available
+    device: str = "auto"  # auto (cuda when available), cpu, cuda or cuda:N (one process; torchrun: LOCAL_RANK's GPU)
     num_threads: Optional[int] = None  # torch intra-op threads on CPU; null = torch's default
     log_every: int = 50  # updates between progress lines / metrics records
     save_every: int = 1000  # updates between checkpoints
@@ -311,6 +311,8 @@ class Config:
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(dec.min_length >= 0, f"decode.min_length must be >= 0 (got {dec.min_length})")
+        _require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", t.device) is not None,
+                 f"train.device must be auto, cpu, cuda or cuda:N (got {yaml_value(t.device)})")
         _require(t.seed >= 0, f"train.seed must be >= 0 (got {t.seed})")  # numpy's generators take no negative seed
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
         _require(dec.buffer_lines > 0, "decode.buffer_lines must be positive")

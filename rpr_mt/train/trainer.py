@@ -136,7 +136,7 @@ def _train(
     startup.enter_context(before_first_update())
     if t.num_threads is not None:
         torch.set_num_threads(t.num_threads)
-    kind = t.device if t.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    kind = t.device.partition(":")[0] if t.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
     if t.precision == "fp16" and kind != "cuda":
         raise UserError("train.precision 'fp16' needs CUDA; use 'bf16' on CPU")
     dd = init_distributed(kind)
