@@ -486,6 +486,7 @@ def eval_bleu(
         pretokenized = is_pretokenized(cfg.data)
         if peeked is None:
             src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
+        _note_other_lang(lang, cfg.data.tgt_lang, "the target language of the checkpoint's data")
         lang = lang or cfg.data.tgt_lang
         decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, split_sentences)
         _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
@@ -513,6 +514,7 @@ def eval_bleu(
             flag = "--split-sentences" if split_sentences else "--no-split"
             raise UserError(f"{flag} goes with --checkpoint (it changes how that model translates)")
         # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
+        _note_other_lang(lang, language_from_path(ref), f"the language its name gives {ref.name}")
         lang = lang or language_from_path(ref)
         if lang is None and not pretokenized:  # pretokenized text is not tokenized again: no language needed
             raise UserError(f"cannot tell the target language from the name {ref.name} (its suffix is not a language "
@@ -745,6 +747,14 @@ def _manifest_splits(data_dir: Path) -> list[str]:
 
 def _stderr(text: str) -> None:
     typer.echo(text, err=True)
+
+
+def _note_other_lang(given: Optional[str], known: Optional[str], what: str) -> None:
+    """One line when --lang overrides a language the input already names: the tokenizer's rules then change the
+    score, which the user should see was asked for."""
+    if given is not None and known is not None and given != known:
+        _stderr(f"note: --lang {given} overrides {what} ({known}): the hypotheses and references are tokenized "
+                f"by {given}'s rules")
 
 
 def _device(name: str):

@@ -274,9 +274,12 @@ def test_eval_bleu_takes_the_language_from_the_reference_suffix(tmp_path):
         result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(ref), "--json")
         assert result.exit_code == 0, result.output
         assert _tok_bleu_language(result.stdout) == lang
-    # --lang wins over the suffix
+    # --lang wins over the suffix, and says so (the tokenizer's rules change the score)
     result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(plain), "--json", "--lang", "cs")
     assert result.exit_code == 0 and _tok_bleu_language(result.stdout) == "cs"
+    assert "note: --lang cs overrides the language its name gives newstest.de (de)" in result.stderr
+    result = run("eval-bleu", "--hyp", str(hyp), "--ref", str(plain), "--json", "--lang", "de")
+    assert result.exit_code == 0 and "overrides" not in result.stderr
 
 
 def test_eval_bleu_asks_for_lang_when_the_suffix_is_not_a_language(tmp_path):

@@ -94,6 +94,16 @@ def test_eval_bleu_with_a_checkpoint_names_it(run_dir):
     assert json.loads(result.stdout)["lines"] == 20
 
 
+def test_eval_bleu_says_when_lang_overrides_the_checkpoints_language(run_dir):
+    tgt_lang = ckpt.load_for_inference(run_dir)[1].data.tgt_lang
+    other = "cs" if tgt_lang != "cs" else "fr"
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--split", "test", "--beam-size", "1",
+                                 "--lang", other, "--json"])
+    assert result.exit_code == 0, result.output
+    assert (f"note: --lang {other} overrides the target language of the checkpoint's data ({tgt_lang})"
+            in result.stderr)
+
+
 def test_average_checkpoints_lists_its_inputs_and_warns_when_fewer_than_last(run_dir, tmp_path):
     steps = [ckpt.step_checkpoint_path(run_dir, s) for s in (4, 8, 12)]
     output = tmp_path / "avg.pt"
