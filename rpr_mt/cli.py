@@ -30,6 +30,7 @@ import rpr_mt  # noqa: E402
 from rpr_mt.config import Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
+from rpr_mt.train.signals import exit_status, interruption  # noqa: E402
 
 
 def _no_type_on_flags(params: list) -> list:
@@ -175,9 +176,9 @@ def user_errors(fn: F) -> F:
             _say(f"error: {exc}")
             raise typer.Exit(exc.exit_code) from None
         except KeyboardInterrupt as exc:
-            signum = getattr(exc, "signum", None)  # rpr_mt.train.signals.Terminated (SIGINT too before training)
-            _say("interrupted" if signum is None else f"stopped by {exc}")
-            raise typer.Exit(130 if signum is None else 128 + signum) from None
+            # rpr_mt.train.signals.Terminated: SIGTERM, SIGHUP (and SIGINT before training) say which
+            _say(interruption(exc))
+            raise typer.Exit(exit_status(exc)) from None
         except BrokenPipeError:  # `rpr-mt translate ... | head` is not an error
             sys.stderr.close()
             raise typer.Exit(0) from None

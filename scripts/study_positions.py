@@ -29,6 +29,7 @@ sleep_waiting_openmp_threads()  # before torch loads: the runs train in this pro
 
 from rpr_mt.errors import UserError, check_creatable_directory  # noqa: E402
 from rpr_mt.experiments.study import BASELINE  # noqa: E402
+from rpr_mt.train.signals import exit_status, interrupt_on_stop_signals, interruption  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -114,8 +115,9 @@ def main(argv: list[str] | None = None) -> int:
                       + (" (sentence by sentence)" if args.split_sentences else ""),
                       file=sys.stderr, flush=True)
 
-            status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides,
-                               [only_run_name(name, args.root) for name in args.only], after_run=decode_long_sets)
+            with interrupt_on_stop_signals():  # SIGTERM/SIGHUP while a run decodes: as Ctrl-C, one line
+                status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides,
+                                   [only_run_name(name, args.root) for name in args.only], after_run=decode_long_sets)
             if status == "signal":
                 return 130
             if failed:
@@ -125,9 +127,10 @@ def main(argv: list[str] | None = None) -> int:
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:  # Ctrl-C outside training (decoding the long sets): one line, not a traceback
-            print("interrupted; the same command resumes the study (a run's decoding starts again)", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as exc:  # outside training (decoding the long sets): one line, not a traceback
+            print(f"{interruption(exc)}; the same command resumes the study (a run's decoding starts again)",
+                  file=sys.stderr)
+            return exit_status(exc)
     return 0
 
 

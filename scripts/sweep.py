@@ -23,6 +23,7 @@ sleep_waiting_openmp_threads()  # before torch loads: the runs train in this pro
 
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.progress import outlive_readers  # noqa: E402
+from rpr_mt.train.signals import exit_status, interrupt_on_stop_signals, interruption  # noqa: E402
 from rpr_mt.experiments.sweep import (  # noqa: E402
     PAPER_TABLES, TABLE_NAMES, check_plan, check_root, only_run_name, plan_runs, read_plan, run_config, run_state,
     run_sweep)
@@ -72,13 +73,16 @@ def main(argv: list[str] | None = None) -> int:
                     print(f"# {run.directory}: {state} ({cells})")
                     print(shlex.join(command))
                 return 0
-            status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)
+            # SIGTERM/SIGHUP (`timeout`, a scheduler, a closed terminal) while a run decodes: as Ctrl-C, one line
+            with interrupt_on_stop_signals():
+                status = run_sweep(args.config, args.root, args.tables, args.seeds, args.overrides, args.only)
         except UserError as err:
             print(f"error: {err}", file=sys.stderr)
             return 2
-        except KeyboardInterrupt:  # Ctrl-C outside training (decoding a trained run): one line, not a traceback
-            print("interrupted; the same command resumes the sweep (a run's decoding starts again)", file=sys.stderr)
-            return 130
+        except KeyboardInterrupt as exc:  # outside training (decoding a trained run): one line, not a traceback
+            print(f"{interruption(exc)}; the same command resumes the sweep (a run's decoding starts again)",
+                  file=sys.stderr)
+            return exit_status(exc)
     return 130 if status == "signal" else 0
 
 

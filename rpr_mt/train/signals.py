@@ -70,6 +70,17 @@ def interrupt_on_stop_signals() -> Iterator[None]:
             signal.signal(sig, handler)
 
 
+def interruption(exc: KeyboardInterrupt) -> str:
+    """What stopped the work, for its one line: "interrupted" (Ctrl-C), or "stopped by " and the ``Terminated``'s
+    text ("SIGTERM", with its detail where it has one)."""
+    return f"stopped by {exc}" if isinstance(exc, Terminated) else "interrupted"
+
+
+def exit_status(exc: KeyboardInterrupt) -> int:
+    """The shell's status for the signal that stopped the work: 128 + its number (130 for Ctrl-C, 143 SIGTERM)."""
+    return 128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
+
+
 @contextlib.contextmanager
 def before_first_update() -> Iterator[None]:
     """Training's start-up (the run directory, the data, the model), until ``StopSignal`` takes over at the loop:

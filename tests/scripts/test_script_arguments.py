@@ -165,3 +165,30 @@ def test_aggregate_refuses_a_plots_directory_under_a_file_before_writing_the_rep
     err = capsys.readouterr().err
     assert err.count("\n") == 1 and "cannot create the directory" in err and "is a file" in err
     assert not out.exists()
+
+
+# A run_sweep that is sent SIGTERM while it works, as `timeout` or a scheduler sends it while a trained run decodes
+# (training has its own handler): the script must say so in one line and exit 143, where the signal's default ended
+# it silently. In a child process: without the handler the signal would end the test process.
+_TERMINATED_SWEEP = """
+import os, signal, sys, time
+sys.path.insert(0, {repo!r})
+from tests.scripts import load_script
+script = load_script({script!r})
+def run_sweep(*args, **kwargs):
+    os.kill(os.getpid(), signal.SIGTERM)
+    time.sleep(10)
+    return "done"
+import rpr_mt.experiments.sweep
+script.run_sweep = rpr_mt.experiments.sweep.run_sweep = run_sweep  # imported at the top of sweep.py, in study's main
+sys.exit(script.main(["configs/demo.yaml", "--root", {root!r}]))
+"""
+
+
+@pytest.mark.parametrize("script, what", [("scripts/sweep.py", "sweep"), ("scripts/study_positions.py", "study")])
+def test_sigterm_while_a_sweep_decodes_is_one_line_and_exit_143(tmp_path, script, what):
+    code = _TERMINATED_SWEEP.format(repo=str(REPO), script=script, root=str(tmp_path / "root"))
+    proc = subprocess.run([sys.executable, "-c", code], cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 143, (proc.returncode, proc.stderr[-2000:])
+    assert proc.stderr.strip().splitlines() == [
+        f"stopped by SIGTERM; the same command resumes the {what} (a run's decoding starts again)"]
