@@ -98,8 +98,24 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
+    for warning in _splits_equal_to_train(manifest):
+        log.warning(f"warning: {warning}")
     _print_summary(manifest, sys.stdout)
     return out
+
+
+def _splits_equal_to_train(manifest: dict[str, Any]) -> list[str]:
+    """A line for each split whose input text is the training pairs' own (same sha256 on both sides; a path given
+    twice, or a copy): its BLEU would measure recall of training sentences, and validation would choose the best
+    checkpoint by it."""
+    files = manifest.get("inputs", {}).get("files", {})
+    train = tuple((files.get(f"train.{side}") or {}).get("sha256") for side in ("src", "tgt"))
+    if None in train:
+        return []
+    return [f"split '{name}' has the same text as the training pairs ({files[f'{name}.src']['path']}, "
+            f"{files[f'{name}.tgt']['path']}): its scores would measure recall of training sentences, not translation"
+            for name in manifest.get("splits", {}) if name != "train"
+            and tuple((files.get(f"{name}.{side}") or {}).get("sha256") for side in ("src", "tgt")) == train]
 
 
 def read_manifest(data_dir: str | Path) -> dict[str, Any]:

@@ -86,6 +86,23 @@ def test_files_source_plain_and_gzip_with_relative_paths(tmp_path, monkeypatch):
     assert len(binarize.load_split(out, "train")) == 120
 
 
+def test_a_dev_split_that_is_the_training_text_is_warned_of(tmp_path, caplog):
+    """The same files (or a copy) as dev: its BLEU and best checkpoint would measure recall, and nothing said so."""
+    data = tmp_path / "corpus"
+    data.mkdir()
+    small_parallel(data, gz=True)
+    copy = tmp_path / "copy.de.gz"
+    copy.write_bytes((data / "train.de.gz").read_bytes())
+    splits = {"train": SplitFiles(src=str(data / "train.en.gz"), tgt=str(data / "train.de.gz")),
+              "dev": SplitFiles(src=str(data / "train.en.gz"), tgt=str(copy)),
+              "test": SplitFiles(src=str(data / "dev.en.gz"), tgt=str(data / "dev.de.gz"))}
+    with caplog.at_level("WARNING"):
+        prepare(files_config(tmp_path, splits), progress=False)
+    warnings = [r.getMessage() for r in caplog.records if r.getMessage().startswith("warning: ")]
+    assert warnings == [f"warning: split 'dev' has the same text as the training pairs ({data / 'train.en.gz'}, {copy}): "
+                        "its scores would measure recall of training sentences, not translation"]
+
+
 def test_tsv_source_keeps_empty_eval_lines(tmp_path):
     train = write_lines(tmp_path / "train.tsv", [f"{s}\t{t}" for s, t in zip(SENTENCES_EN, SENTENCES_DE)] * 5)
     dev = write_lines(tmp_path / "dev.tsv", ["  the cat sits  \t die katze sitzt", "\t", "a dog\tein hund"])
