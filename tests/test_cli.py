@@ -750,6 +750,7 @@ def test_a_translation_stopped_by_sigterm_or_sighup_keeps_its_finished_lines(tmp
     out.write_text("an earlier translation\n", encoding="utf-8")
     script = f"""
 import os, signal, sys
+signal.signal(signal.{signame}, signal.SIG_DFL)  # under nohup SIGHUP arrives ignored, and translate keeps it so
 from rpr_mt.decode import translate
 from rpr_mt.cli import app
 

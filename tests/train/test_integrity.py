@@ -183,7 +183,7 @@ def test_killed_during_a_write_then_resumed_ends_as_an_uninterrupted_run(tmp_pat
 
 @pytest.mark.parametrize("signal_name", ["SIGTERM", "SIGHUP"])
 def test_a_run_stopped_off_the_save_grid_averages_and_keeps_what_an_uninterrupted_run_does(
-    tmp_path, demo_data, monkeypatch, signal_name  # noqa: F811
+    tmp_path, demo_data, monkeypatch, request, signal_name  # noqa: F811
 ):
     """SIGTERM (what `kill` or a cluster's pre-emption sends) or SIGHUP (a closed terminal) after update 6 (saves
     are every 4): the run saves checkpoint 6 and stops; resumed to the end, the kept checkpoints and
@@ -201,6 +201,9 @@ def test_a_run_stopped_off_the_save_grid_averages_and_keeps_what_an_uninterrupte
     run = tmp_path / "run"
     cfg = config_from_dict(tiny(demo_data, run, **sections))
     real_step, updates = torch.optim.Adam.step, []
+    # under nohup SIGHUP arrives ignored, and training keeps it so: the test asks what a terminal's hang-up does
+    previous = signal.signal(getattr(signal, signal_name), signal.SIG_DFL)
+    request.addfinalizer(lambda: signal.signal(getattr(signal, signal_name), previous))
 
     def step_then_signal(self, *args, **kwargs):
         out = real_step(self, *args, **kwargs)
