@@ -27,7 +27,7 @@ import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 import rpr_mt  # noqa: E402
-from rpr_mt.config import Config, load_config  # noqa: E402
+from rpr_mt.config import DEVICE_NAME, Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
 from rpr_mt.train.signals import exit_status, interruption  # noqa: E402
@@ -763,16 +763,15 @@ def _device(name: str):
 
     if name == "auto":
         return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    index = re.fullmatch(r"cuda(?::(\d+))?", name)
-    if index is not None:  # cuda, or cuda:N as torch and fairseq users write it
+    parsed = DEVICE_NAME.fullmatch(name)
+    if parsed is None:
+        raise UserError(f"--device must be auto, cpu, cuda or cuda:N (got {name!r})")
+    if name.startswith("cuda"):  # cuda, or cuda:N as torch and fairseq users write it
         if not torch.cuda.is_available():
             raise UserError(f"--device {name}: no CUDA device is available")
-        if index.group(1) is not None and int(index.group(1)) >= torch.cuda.device_count():
+        if parsed.group(1) is not None and int(parsed.group(1)) >= torch.cuda.device_count():
             raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
                             f"numbered from 0")
-        return torch.device(name)
-    if name != "cpu":
-        raise UserError(f"--device must be auto, cpu, cuda or cuda:N (got {name!r})")
     return torch.device(name)
 
 

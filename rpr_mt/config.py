@@ -311,7 +311,7 @@ class Config:
         _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
         _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
         _require(dec.min_length >= 0, f"decode.min_length must be >= 0 (got {dec.min_length})")
-        _require(re.fullmatch(r"auto|cpu|cuda(:\d+)?", t.device) is not None,
+        _require(DEVICE_NAME.fullmatch(t.device) is not None,
                  f"train.device must be auto, cpu, cuda or cuda:N (got {yaml_value(t.device)})")
         _require(t.seed >= 0, f"train.seed must be >= 0 (got {t.seed})")  # numpy's generators take no negative seed
         _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
@@ -319,6 +319,8 @@ class Config:
         return self
 
 
+# What train.device and the --device options take; group 1 is a cuda device's number, where one is given.
+DEVICE_NAME = re.compile(r"auto|cpu|cuda(?::(\d+))?")
 _SPLIT_NAME = re.compile(r"^[A-Za-z0-9_-]+$")
 
 

@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import contextlib
+import os
 import resource
 
 import torch
 
 from rpr_mt.config import Config
 from rpr_mt.errors import UserError
+from rpr_mt.host import usable_cores
 from rpr_mt.train.distributed import Distributed
 
 
@@ -61,6 +63,17 @@ def _cpu_has_bf16_instructions() -> bool:
     if not any(callable(probe) for probe in probes):
         return True
     return any(callable(probe) and probe() for probe in probes)
+
+
+def oversubscribed_threads_warning(device: torch.device, num_threads: int | None, world: int) -> str | None:
+    """A warning when train.num_threads, times the processes torchrun started on this machine, exceeds the cores
+    this process may use: OpenMP threads beyond the cores wait on a descheduled sibling."""
+    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if world > 1 else 1  # torchrun sets it
+    if device.type != "cpu" or num_threads is None or num_threads * local_processes <= (cores := usable_cores()):
+        return None
+    per_process = f" in each of {local_processes} processes" if local_processes > 1 else ""
+    return (f"train.num_threads is {num_threads}{per_process} but this machine lets the run use {cores} CPU core(s): "
+            "threads beyond the cores wait on each other, which makes an update slower, not faster")
 
 
 def peak_memory_mb(device: torch.device) -> float:

@@ -21,7 +21,6 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import math
-import os
 import sys
 import time
 from dataclasses import dataclass
@@ -39,13 +38,14 @@ from rpr_mt.data.prepare import changed_since_prepared, check_prepared, dev_chan
     settings_changed_since_prepared, training_data_fingerprint
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
-from rpr_mt.host import keep_freed_memory, usable_cores
+from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.positions import describe_positions
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import BatchStream, usable_examples
 from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, failed_write, \
     latest_valid_checkpoint, remove_stale_temporaries
-from rpr_mt.train.device import autocast, cpu_bf16_warning, peak_memory_mb, pick_device
+from rpr_mt.train.device import autocast, cpu_bf16_warning, oversubscribed_threads_warning, peak_memory_mb, \
+    pick_device
 from rpr_mt.train.distributed import Distributed, init_distributed
 from rpr_mt.train.init_from import init_from
 from rpr_mt.train.logger import Logger
@@ -147,13 +147,11 @@ def _train(
         return _dry_run(cfg, dd)
     run_dir = Path(t.run_dir)
     log = dd.log
-    if (slow_bf16 := cpu_bf16_warning(device, t.precision)) is not None:
-        log(f"warning: {slow_bf16}")
-    local_processes = int(os.environ.get("LOCAL_WORLD_SIZE", "1")) if dd.world > 1 else 1  # torchrun sets it
-    if device.type == "cpu" and t.num_threads is not None and t.num_threads * local_processes > (cores := usable_cores()):
-        per_process = f" in each of {local_processes} processes" if local_processes > 1 else ""
-        log(f"warning: train.num_threads is {t.num_threads}{per_process} but this machine lets the run use {cores} "
-            "CPU core(s): threads beyond the cores wait on each other, which makes an update slower, not faster")
+    warnings = (cpu_bf16_warning(device, t.precision),
+                oversubscribed_threads_warning(device, t.num_threads, dd.world))
+    for warning in warnings:
+        if warning is not None:
+            log(f"warning: {warning}")
 
     # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
     check_run_dir(run_dir, t.tensorboard, Path(cfg.data.output_dir))

@@ -18,7 +18,7 @@ from rpr_mt.config import config_from_dict, config_to_dict, save_config
 from rpr_mt.data.prepare import prepare
 from rpr_mt.errors import UserError
 from rpr_mt.train.loss import TranslationLoss
-from rpr_mt.train import trainer as trainer_module
+from rpr_mt.train import device as device_module
 from rpr_mt.train.trainer import train
 
 REPO = Path(__file__).resolve().parents[2]
@@ -736,7 +736,7 @@ def test_pairs_longer_than_max_tokens_are_said_before_training(tmp_path, demo_da
 @pytest.mark.parametrize("threads, warned", [(1, False), (3, True)])
 def test_more_threads_than_cores_is_warned_of(tmp_path, demo_data, monkeypatch, capsys, threads, warned):
     """On 2 cores, 3 OpenMP threads wait on a descheduled sibling: an update gets slower, and nothing said why."""
-    monkeypatch.setattr(trainer_module, "usable_cores", lambda: 2)
+    monkeypatch.setattr(device_module, "usable_cores", lambda: 2)
     monkeypatch.setattr(torch, "set_num_threads", lambda n: None)  # the test process keeps its own threads
     cfg = config_from_dict(tiny(demo_data, tmp_path / "run", train={"num_threads": threads, "max_steps": 1,
                                                                     "valid_bleu": False}))

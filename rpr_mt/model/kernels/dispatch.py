@@ -120,11 +120,12 @@ def _float32_on_cpu(device_type: str, dtype: torch.dtype) -> bool:
     """Whether a CPU call under low-precision autocast computes its attention in float32 on the C kernels instead.
     The attention's matrix products are a small share of an update (d_head columns), and on the CPU the float32
     kernels are faster than the bfloat16 torch path ("fused"), whose casts and chunk copies cost more than its
-    arithmetic saves: the Multi30k recipe's model trained at 1.24x its float32 speed in bf16 with "fused" attention
-    and at more with float32 attention (benchmarks/bench_train.py --precisions fp32 bf16, docs/benchmarks.md).
-    Float32 is also the more accurate choice; the projections around the attention stay in bfloat16."""
+    arithmetic saves: in benchmarks/bench_train.py the Multi30k recipe's model trained at 1.54x its float32 speed in
+    bf16 with "fused" attention and at 1.73x with float32 attention (docs/benchmarks.md, "bf16 on a CPU with
+    bfloat16 instructions"). Float32 is also the more accurate choice; the projections around the attention stay in
+    bfloat16."""
     return (device_type == "cpu" and dtype in (torch.bfloat16, torch.float16) and torch.is_autocast_enabled("cpu")
-            and native.available(torch.empty(0)))
+            and native.built())
 
 
 def _cast(t: Tensor | None, dtype: torch.dtype) -> Tensor | None:

@@ -82,9 +82,14 @@ def _library() -> ctypes.CDLL | None:
     return lib
 
 
+def built() -> bool:
+    """True if the kernel library is built (or could be, now): the native path then runs float32 CPU tensors."""
+    return _library() is not None
+
+
 def available(q: Tensor) -> bool:
     """True if the native path can run on tensors like ``q`` (float32 on CPU, kernel library built)."""
-    return q.device.type == "cpu" and q.dtype == torch.float32 and _library() is not None
+    return q.device.type == "cpu" and q.dtype == torch.float32 and built()
 
 
 # ----------------------------------------------------------------------------------------------------------------------
