@@ -13,7 +13,6 @@ import logging
 import math
 import os
 import re
-import signal
 import sys
 import typing
 from pathlib import Path, PurePath
@@ -30,7 +29,7 @@ import rpr_mt  # noqa: E402
 from rpr_mt.config import DEVICE_NAME, Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
-from rpr_mt.train.signals import exit_status, interruption  # noqa: E402
+from rpr_mt.train.signals import exit_status, interruption, signal_exit_status  # noqa: E402
 
 
 def _no_type_on_flags(params: list) -> list:
@@ -241,8 +240,7 @@ def train(
             _say(f"interrupted: saved {result.last_checkpoint}; {how}")
             # 128 + the signal's number, as a shell reports it (and as translate exits): 143 for a scheduler's
             # SIGTERM, 130 for Ctrl-C and for a DDP rank that stopped because another received the signal
-            received = result.signal
-            raise typer.Exit(128 + (signal.Signals[received].value if received else signal.SIGINT.value))
+            raise typer.Exit(signal_exit_status(result.signal))
 
 
 def _check_config_outside_new_run(config: Optional[Path], run_dir: str, dry_run: bool) -> None:

@@ -29,7 +29,7 @@ sleep_waiting_openmp_threads()  # before torch loads: the runs train in this pro
 
 from rpr_mt.errors import UserError, check_creatable_directory  # noqa: E402
 from rpr_mt.experiments.study import BASELINE  # noqa: E402
-from rpr_mt.train.signals import exit_status, interrupt_on_stop_signals, interruption  # noqa: E402
+from rpr_mt.train.signals import exit_status, interrupt_on_stop_signals, interruption, signal_exit_status  # noqa: E402
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -118,8 +118,8 @@ def main(argv: list[str] | None = None) -> int:
             with interrupt_on_stop_signals():  # SIGTERM/SIGHUP while a run decodes: as Ctrl-C, one line
                 status = run_sweep(args.config, args.root, ["schemes"], args.seeds, args.overrides,
                                    [only_run_name(name, args.root) for name in args.only], after_run=decode_long_sets)
-            if status == "signal":
-                return 130
+            if status != "done":  # a run's training stopped by this signal
+                return signal_exit_status(status)
             if failed:
                 print(f"error: {len(failed)} run(s) without long-set results (above); the others are done",
                       file=sys.stderr)

@@ -23,7 +23,7 @@ sleep_waiting_openmp_threads()  # before torch loads: the runs train in this pro
 
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.progress import outlive_readers  # noqa: E402
-from rpr_mt.train.signals import exit_status, interrupt_on_stop_signals, interruption  # noqa: E402
+from rpr_mt.train.signals import exit_status, interrupt_on_stop_signals, interruption, signal_exit_status  # noqa: E402
 from rpr_mt.experiments.sweep import (  # noqa: E402
     PAPER_TABLES, TABLE_NAMES, check_plan, check_root, only_run_name, plan_runs, read_plan, run_config, run_state,
     run_sweep)
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{interruption(exc)}; the same command resumes the sweep (a run's decoding starts again)",
                   file=sys.stderr)
             return exit_status(exc)
-    return 130 if status == "signal" else 0
+    return 0 if status == "done" else signal_exit_status(status)  # a run's training stopped: 143 for SIGTERM
 
 
 if __name__ == "__main__":

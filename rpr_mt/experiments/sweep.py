@@ -430,8 +430,9 @@ def _holding_run(run_dir: Path) -> Iterator[None]:
         yield
 
 
-def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | None:
-    """Train (or resume) one run, then decode dev and test; returns the result, or None if a signal stopped it."""
+def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, Any] | str:
+    """Train (or resume) one run, then decode dev and test; returns the result, or the name of the signal that
+    stopped its training ("SIGINT", "SIGTERM", "SIGHUP")."""
     code = code_version()  # the code this process runs: read before the first import of the training modules
     # Deferred imports: planning and --list need no torch.
     import torch
@@ -447,7 +448,7 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     result = train(cfg, progress=False, extend_hint=False)  # no --more-steps in a sweep
     _append_invocation(run_dir, result, code)
     if result.stopped_by == "signal":
-        return None
+        return result.signal or "SIGINT"  # None: a DDP rank stopped with the rank that received it
     which = "average" if cfg.train.average_last > 1 else "last"
     model, _, vocab, checkpoint = load_for_inference(run_dir, which)
     # Whole lines, as before sentence splitting existed: the recorded scores stay comparable (and Multi30k's
@@ -522,7 +523,8 @@ def run_sweep(
     log: Callable[[str], None] = lambda text: print(text, file=sys.stderr, flush=True),
     after_run: Callable[[Config], None] | None = None,
 ) -> str:
-    """Run every planned run not yet finished, in order; returns "done" or "signal" (stopped; re-run to resume).
+    """Run every planned run not yet finished, in order; returns "done", or the name of the signal that stopped a
+    run's training ("SIGINT", "SIGTERM", "SIGHUP": re-run to resume; ``signal_exit_status`` gives the exit code).
 
     ``after_run`` is called with each finished run's config (trained now or found finished) before the next run
     starts: work that follows a run, such as the study's long sets, is then done run by run, not left to the end."""
@@ -550,9 +552,9 @@ def run_sweep(
                     doing = f"trained to update {newest}, decoding" if _trained(cfg, newest) else "training"
                     log(f"[{index}/{len(runs)}] {run.directory}: {doing} ({cells})")
                     record = execute_run(cfg, run, log)
-                    if record is None:
-                        log(f"{run.directory}: stopped by a signal; run the same command again to resume")
-                        return "signal"
+                    if isinstance(record, str):
+                        log(f"{run.directory}: stopped by {record}; run the same command again to resume")
+                        return record
                     log(f"[{index}/{len(runs)}] {run.directory}: dev BLEU {record['dev_bleu']:.2f}, "
                         f"test BLEU {record['test_bleu']:.2f}")
         if after_run is not None:

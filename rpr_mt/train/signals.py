@@ -81,6 +81,12 @@ def exit_status(exc: KeyboardInterrupt) -> int:
     return 128 + (exc.signum if isinstance(exc, Terminated) else signal.SIGINT)
 
 
+def signal_exit_status(name: str | None) -> int:
+    """``exit_status`` for a signal known by its name (``TrainResult.signal``: "SIGTERM"); None counts as Ctrl-C (a
+    DDP rank stopped because another rank received the signal)."""
+    return 128 + (signal.Signals[name].value if name else signal.SIGINT.value)
+
+
 @contextlib.contextmanager
 def before_first_update() -> Iterator[None]:
     """Training's start-up (the run directory, the data, the model), until ``StopSignal`` takes over at the loop:

@@ -70,6 +70,26 @@ def test_unknown_table_and_run_are_clear_errors(base_config, tmp_path):
         run_sweep(base_config, tmp_path, ["positions"], [1], only=["clip=0/seed1"], log=lambda _: None)
 
 
+@pytest.mark.parametrize("received", ["SIGTERM", "SIGHUP", "SIGINT", None])
+def test_a_run_whose_training_a_signal_stopped_ends_the_sweep_with_that_signal(base_config, tmp_path, monkeypatch,
+                                                                                received):
+    """A scheduler's SIGTERM stopped a run's training: the sweep returned "signal" and its script exited 130, as for
+    Ctrl-C; it returns the signal's name (None, a DDP rank stopped by another's: SIGINT), for 128 + its number."""
+    import rpr_mt.train.trainer as trainer
+
+    def stopped(cfg, **kwargs):
+        return trainer.TrainResult(run_dir=Path(cfg.train.run_dir), step=3, epoch=1, stopped_by="signal",
+                                   best_bleu=None, last_checkpoint=None, parameters=1, signal=received)
+
+    monkeypatch.setattr(trainer, "train", stopped)
+    messages: list[str] = []
+    status = run_sweep(base_config, tmp_path / "sweep", ["positions"], [1], log=messages.append)
+    name = received or "SIGINT"
+    assert status == name
+    assert messages[-1] == f"positions=absolute/seed1: stopped by {name}; run the same command again to resume"
+    assert not list((tmp_path / "sweep").glob("*/seed1/result.json"))  # the first run stopped, no other began
+
+
 def test_sweep_runs_skips_finished_and_resumes_interrupted_runs(base_config, tmp_path, capsys):
     root = tmp_path / "sweep"
     runs = plan_runs(base_config, ["positions"], [1], [])

@@ -192,3 +192,17 @@ def test_sigterm_while_a_sweep_decodes_is_one_line_and_exit_143(tmp_path, script
     assert proc.returncode == 143, (proc.returncode, proc.stderr[-2000:])
     assert proc.stderr.strip().splitlines() == [
         f"stopped by SIGTERM; the same command resumes the {what} (a run's decoding starts again)"]
+
+
+@pytest.mark.parametrize("script", ["scripts/sweep.py", "scripts/study_positions.py"])
+@pytest.mark.parametrize("received, status", [("SIGTERM", 143), ("SIGHUP", 129), ("SIGINT", 130)])
+def test_a_sweep_whose_run_a_signal_stopped_exits_with_that_signal(tmp_path, monkeypatch, script, received, status):
+    """A run's training stopped by a scheduler's SIGTERM (the trainer saves and returns) exited 130, as Ctrl-C does;
+    `rpr-mt train` exits 143 there, and so do the scripts now: 128 + the signal's number."""
+    import rpr_mt.experiments.sweep
+
+    module = load_script(script)
+    stopped = lambda *args, **kwargs: received  # noqa: E731  (run_sweep's return when a signal stopped a run)
+    monkeypatch.setattr(rpr_mt.experiments.sweep, "run_sweep", stopped)
+    monkeypatch.setattr(module, "run_sweep", stopped, raising=False)
+    assert module.main(["configs/demo.yaml", "--root", str(tmp_path / "root")]) == status
