@@ -437,3 +437,14 @@ def test_a_bad_learning_rate_is_named_alone():
         config_from_dict({"train": {"lr_scale": 0}})
     with pytest.raises(UserError, match=r"^train.peak_lr must be a finite number \(got .nan\)$"):
         config_from_dict({"train": {"peak_lr": float("nan")}})
+
+
+def test_the_bf16_recipe_is_the_recipe_with_the_overrides_of_its_table_1():
+    """configs/multi30k_en_de_lit_bf16.yaml is what results/lit_tables_en_de_v4/ trained: the fp32 recipe with
+    train.precision=bf16 and train.max_steps=8500 (the sweep's overrides), nothing else but its run directory."""
+    configs = Path(__file__).resolve().parents[1] / "configs"
+    bf16 = config_to_dict(load_config(configs / "multi30k_en_de_lit_bf16.yaml"))
+    swept = config_to_dict(load_config(configs / "multi30k_en_de_lit.yaml",
+                                       ["train.precision=bf16", "train.max_steps=8500"]))
+    assert bf16["train"].pop("run_dir") != swept["train"].pop("run_dir")
+    assert bf16 == swept
