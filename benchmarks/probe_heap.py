@@ -1,22 +1,27 @@
-"""Run an ``rpr-mt`` command while printing, every 20 s on stderr, the process's resident memory and glibc's heap
-(mallinfo2: the heap's size, the part of it in use, the part free but kept): it tells a growing working set from a
-fragmented heap. Linux with glibc >= 2.33 only.
+"""Run an ``rpr-mt`` command while printing, every few seconds on stderr, the process's resident memory and glibc's
+heap (mallinfo2: the heap's size, the part of it in use, the part free but kept): it tells a growing working set
+from a fragmented heap. Linux with glibc >= 2.33 only.
 
-    python3 benchmarks/probe_heap.py train --config configs/multi30k_en_de_lit.yaml --set train.precision=bf16 \
+    python3 benchmarks/probe_heap.py -- train --config configs/multi30k_en_de_lit.yaml --set train.precision=bf16 \\
         --set train.max_steps=300 --set train.run_dir=/tmp/probe --overwrite --no-progress
-    PROBE_DEFAULT_MALLOC=1 python3 benchmarks/probe_heap.py train ...   # without rpr_mt.host.keep_freed_memory
-    PROBE_TRIM=1 python3 benchmarks/probe_heap.py train ...             # malloc_trim(0) before each sample
+    python3 benchmarks/probe_heap.py --default-malloc -- train ...   # without rpr_mt.host.keep_freed_memory
+    python3 benchmarks/probe_heap.py --trim -- train ...             # malloc_trim(0) before each sample
 
 Used for docs/benchmarks.md, "bf16 on a CPU with bfloat16 instructions" (Memory).
 """
 
 from __future__ import annotations
 
+import argparse
 import ctypes
 import os
 import sys
 import threading
 import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
+from arguments import ArgumentParser  # noqa: E402
 
 MIB = 2**20
 
@@ -27,7 +32,17 @@ class MallInfo2(ctypes.Structure):
                  "keepcost")]
 
 
-def sample_forever(libc: ctypes.CDLL, trim: bool, every: float = 20.0) -> None:
+def positive_seconds(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
+    if not value > 0:
+        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
+    return value
+
+
+def sample_forever(libc: ctypes.CDLL, trim: bool, every: float) -> None:
     page = os.sysconf("SC_PAGE_SIZE")
     while True:
         if trim:
@@ -43,19 +58,36 @@ def sample_forever(libc: ctypes.CDLL, trim: bool, every: float = 20.0) -> None:
         time.sleep(every)
 
 
-def main() -> None:
-    libc = ctypes.CDLL("libc.so.6")
-    libc.mallinfo2.restype = MallInfo2
-    if os.environ.get("PROBE_DEFAULT_MALLOC"):
-        import rpr_mt.host  # the trainer imports it by name when it is first imported, below
+def main(argv: list[str] | None = None) -> int:
+    parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--every", type=positive_seconds, default=20.0, help="seconds between samples (default 20)")
+    parser.add_argument("--trim", action="store_true", help="malloc_trim(0) before each sample")
+    parser.add_argument("--default-malloc", action="store_true",
+                        help="glibc's default allocator: skip rpr_mt.host.keep_freed_memory")
+    parser.add_argument("command", nargs=argparse.REMAINDER, help="the rpr-mt command and its arguments, after --")
+    args = parser.parse_args(argv)
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    if not command:
+        parser.error("give the rpr-mt command to run after --, e.g. -- train --config configs/demo.yaml")
+    try:
+        libc = ctypes.CDLL("libc.so.6")
+        libc.mallinfo2.restype = MallInfo2
+    except (OSError, AttributeError):
+        parser.error("needs glibc >= 2.33 (libc.so.6 with mallinfo2)")
+    if args.default_malloc:
+        import rpr_mt.host  # the trainer and translate import it by name when they are first imported, below
 
         rpr_mt.host.keep_freed_memory = lambda: False
-    threading.Thread(target=sample_forever, args=(libc, bool(os.environ.get("PROBE_TRIM"))), daemon=True).start()
+    threading.Thread(target=sample_forever, args=(libc, args.trim, args.every), daemon=True).start()
     from rpr_mt.cli import main as rpr_mt_main
 
-    sys.argv = ["rpr-mt", *sys.argv[1:]]
-    rpr_mt_main()
+    sys.argv = ["rpr-mt", *command]
+    try:
+        rpr_mt_main()
+    except SystemExit as done:  # typer's exit code, returned as every benchmark's main returns its own
+        return done.code if isinstance(done.code, int) else (0 if done.code is None else 1)
+    return 0
 
 
 if __name__ == "__main__":
-    main()
+    sys.exit(main())

@@ -23,14 +23,21 @@ def _has_mallinfo2() -> bool:
 
 
 @pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(), reason="needs glibc >= 2.33")
-@pytest.mark.parametrize("settings", [{}, {"PROBE_TRIM": "1", "PROBE_DEFAULT_MALLOC": "1"}])
-def test_the_command_runs_with_the_heap_sampled(tmp_path, settings):
-    env = {**os.environ, "PYTHONPATH": str(REPO), **settings}
-    done = subprocess.run([sys.executable, "benchmarks/probe_heap.py", "train", "--config", "configs/demo.yaml",
-                           "--set", f"train.run_dir={tmp_path / 'run'}", "--dry-run"],
+@pytest.mark.parametrize("options", [[], ["--trim", "--default-malloc", "--every", "0.5"]])
+def test_the_command_runs_with_the_heap_sampled(tmp_path, options):
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "benchmarks/probe_heap.py", *options, "--", "train", "--config",
+                           "configs/demo.yaml", "--set", f"train.run_dir={tmp_path / 'run'}", "--dry-run"],
                           cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
     assert "Seq2Seq(" in done.stdout  # the dry run's model
     assert re.search(r"^probe: resident [\d,]+ MiB \| heap [\d,]+ MiB, in use [\d,]+, free [\d,]+ \| mmapped",
                      done.stderr, re.MULTILINE), done.stderr[-2000:]
-    assert ("probe: malloc_trim took" in done.stderr) == bool(settings)
+    assert ("probe: malloc_trim took" in done.stderr) == bool(options)
+
+
+def test_an_exit_code_of_the_command_is_the_probes():
+    env = {**os.environ, "PYTHONPATH": str(REPO)}
+    done = subprocess.run([sys.executable, "benchmarks/probe_heap.py", "--", "train", "--config", "missing.yaml"],
+                          cwd=REPO, capture_output=True, text=True, timeout=300, env=env)
+    assert done.returncode == 2 and "missing.yaml" in done.stderr, done.stderr[-2000:]
