@@ -21,7 +21,7 @@ import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
-from arguments import ArgumentParser  # noqa: E402
+from arguments import ArgumentParser, positive_float  # noqa: E402
 
 MIB = 2**20
 
@@ -30,16 +30,6 @@ class MallInfo2(ctypes.Structure):
     _fields_ = [(name, ctypes.c_size_t) for name in
                 ("arena", "ordblks", "smblks", "hblks", "hblkhd", "usmblks", "fsmblks", "uordblks", "fordblks",
                  "keepcost")]
-
-
-def positive_seconds(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected seconds, got {text!r}") from None
-    if not value > 0:
-        raise argparse.ArgumentTypeError(f"must be > 0 (got {text})")
-    return value
 
 
 def sample_forever(libc: ctypes.CDLL, trim: bool, every: float) -> None:
@@ -60,7 +50,7 @@ def sample_forever(libc: ctypes.CDLL, trim: bool, every: float) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("--every", type=positive_seconds, default=20.0, help="seconds between samples (default 20)")
+    parser.add_argument("--every", type=positive_float, default=20.0, help="seconds between samples (default 20)")
     parser.add_argument("--trim", action="store_true", help="malloc_trim(0) before each sample")
     parser.add_argument("--default-malloc", action="store_true",
                         help="glibc's default allocator: skip rpr_mt.host.keep_freed_memory")

@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{interruption(exc)}; the same command resumes the sweep (a run's decoding starts again)",
                   file=sys.stderr)
             return exit_status(exc)
-    return 0 if status == "done" else signal_exit_status(status)  # a run's training stopped: 143 for SIGTERM
+    return 0 if status == "done" else signal_exit_status(status)  # else the signal's name: 143 for SIGTERM
 
 
 if __name__ == "__main__":

@@ -60,7 +60,7 @@ CASES = [
      "error: checkpoint not found: {tmp}/missing.pt"),
     ("bench_split.py", ["--checkpoint", "{tmp}/missing.pt", "--input", "{tmp}/in.txt", "--threads", "1"],
      "error: checkpoint not found: {tmp}/missing.pt"),
-    ("probe_heap.py", ["--every", "0", "--", "--version"], "argument --every: must be > 0 (got 0)"),
+    ("probe_heap.py", ["--every", "0", "--", "--version"], "argument --every: must be a finite number > 0 (got 0)"),
     ("probe_heap.py", ["--trim"], "give the rpr-mt command to run after --"),
 ]
 

@@ -22,7 +22,10 @@ def _has_mallinfo2() -> bool:
         return False
 
 
-@pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(), reason="needs glibc >= 2.33")
+pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux") or not _has_mallinfo2(),
+                                reason="needs glibc >= 2.33 (mallinfo2)")
+
+
 @pytest.mark.parametrize("options", [[], ["--trim", "--default-malloc", "--every", "0.5"]])
 def test_the_command_runs_with_the_heap_sampled(tmp_path, options):
     env = {**os.environ, "PYTHONPATH": str(REPO)}
