@@ -38,7 +38,10 @@ REPO = Path(__file__).resolve().parents[1]
 # OpenMP settings by name. libgomp (PyTorch's CPU wheels on Linux) spins a while in a barrier before sleeping; a
 # spinning thread whose partner waits for a core held by another process burns that core for nothing.
 POLICIES: dict[str, dict[str, str]] = {
-    "default": {},  # libgomp's default: spin, then sleep
+    # libgomp's default, spin 300,000 times, then sleep: its spin count with OMP_WAIT_POLICY unset. Leaving the
+    # variables unset would not give it, since `rpr-mt` then sets OMP_WAIT_POLICY=PASSIVE; an explicit
+    # GOMP_SPINCOUNT overrides the spin count that policy implies.
+    "default": {"GOMP_SPINCOUNT": "300000"},
     "passive": {"OMP_WAIT_POLICY": "PASSIVE"},  # sleep at once
     "active": {"OMP_WAIT_POLICY": "ACTIVE"},  # spin (almost) without end
     "spin10k": {"GOMP_SPINCOUNT": "10000"},  # spin briefly, then sleep
