@@ -44,11 +44,14 @@ class SplitFiles:
 
     src: Optional[str] = None  # source-language file, one sentence a line
     tgt: Optional[str] = None  # target-language file, line N translates line N of src
-    tsv: Optional[str] = None  # alternative to src/tgt: one "source<TAB>target" pair a line
+    # alternative to src/tgt: one "source<TAB>target" pair a line (a blank line is an empty pair, as in two files)
+    tsv: Optional[str] = None
 
 
 @dataclass
 class DataConfig:
+    """Where the parallel text comes from, and how ``prepare`` cleans it and trains its SentencePiece vocabulary."""
+
     source: Literal["demo", "files", "multi30k", "wmt14"] = "demo"  # where raw parallel text comes from
     src_lang: str = "en"  # source language code
     tgt_lang: str = "de"  # target language code
@@ -101,6 +104,8 @@ class RotarySettings:
 
 @dataclass
 class ModelConfig:
+    """The encoder-decoder Transformer and its position representation."""
+
     preset: Optional[Literal["base", "big"]] = None  # paper dimensions; explicit keys below override the preset
     d_model: int = 512  # model width
     n_heads: int = 8  # attention heads (d_model must be divisible by it)
@@ -155,6 +160,8 @@ def model_settings_read(model: dict[str, Any]) -> dict[str, Any]:
 
 @dataclass
 class TrainConfig:
+    """Optimisation, batching, checkpoints, validation and the stopping rules of ``train``."""
+
     run_dir: str = "runs/demo"  # checkpoints, metrics.jsonl and the resolved config go here
     seed: int = 1  # seeds parameters, dropout and batch order
     max_tokens: int = 4096  # per batch: source tokens <= max_tokens and target tokens <= max_tokens
@@ -199,6 +206,8 @@ class TrainConfig:
 
 @dataclass
 class DecodeConfig:
+    """Beam search, length penalty and batching of ``translate`` and ``eval-bleu --checkpoint``."""
+
     beam_size: int = 4  # 1 = greedy
     length_penalty: float = 0.6  # GNMT alpha: score / ((5 + |Y|) / 6)^alpha
     max_len_a: float = 1.5  # maximum output length = a * source length + b
