@@ -32,12 +32,15 @@ from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
 from rpr_mt.train.signals import exit_status, interruption, signal_exit_status  # noqa: E402
 
 
-def _no_type_on_flags(params: list) -> list:
+def _help_type_column(params: list) -> list:
     # Typer's help shows every option's type, flags included (`--dry-run <bool>`), though a flag takes no value;
-    # an empty metavar leaves that column blank for flags, --help and --version among them.
+    # an empty metavar leaves that column blank for flags, --help and --version among them. An argument's column
+    # ignores its metavar and shows the Python annotation (`<list[Path]>`): a list of paths shows as `<path>...`.
     for param in params:
         if getattr(param, "is_flag", False):
             param.metavar = ""
+        elif param.param_type_name == "argument" and param.nargs != 1 and _takes_a_path(param):
+            param.display_type_rich = lambda ctx: "<path>..."
     return params
 
 
@@ -111,7 +114,7 @@ class _Parsing:
         return parser
 
     def get_params(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
-        return _no_type_on_flags(super().get_params(ctx))
+        return _help_type_column(super().get_params(ctx))
 
     def collect_usage_pieces(self, ctx):  # noqa: ANN001, ANN201 (click's signature)
         # typer 0.29 writes a required argument as {NAME} in the usage line, which reads like a template or a set;
@@ -138,6 +141,13 @@ class _Group(_Parsing, TyperGroup):
             raise _one_line_usage_error(exc) from None
 
 
+def _examples(*lines: str) -> str:
+    """A command's --help epilog: example command lines, one a line. Rich's help keeps single line breaks (it does
+    not refill the epilog); square brackets would be read as markup, so examples use none."""
+    assert not any("[" in line for line in lines), lines
+    return "Examples:\n\n" + "\n".join(f"  {line}" for line in lines)
+
+
 app = typer.Typer(
     cls=_Group,
     context_settings={"help_option_names": ["-h", "--help"]},  # the commands inherit it
@@ -145,6 +155,12 @@ app = typer.Typer(
     no_args_is_help=True,
     pretty_exceptions_enable=False,
     help="Train and evaluate Transformers with relative position representations (Shaw et al., 2018).",
+    epilog=_examples(
+        "rpr-mt train --config configs/demo.yaml       # prepares the data, trains into runs/demo",
+        "echo \"the old farmer sees the small red bird\" | rpr-mt translate --checkpoint runs/demo",
+        "rpr-mt eval-bleu --checkpoint runs/demo --split test",
+        "rpr-mt config keys train                      # every train key, its default and meaning",
+        "rpr-mt COMMAND --help                         # a command's options and examples"),
 )
 
 F = TypeVar("F", bound=Callable[..., object])
@@ -156,8 +172,11 @@ ConfigOption = typer.Option(
 SetOption = typer.Option(
     None, "--set", metavar="SECTION.KEY=VALUE",
     help="Override a config value, after --config (repeatable), e.g. --set train.max_steps=100. The keys are the "
-         "fields of rpr_mt/config.py; docs/configuration.md lists each with its default and meaning.")
+         "fields of rpr_mt/config.py: `rpr-mt config keys` and docs/configuration.md list each with its default and "
+         "meaning.")
 # No "[default: best]": typer's rich help reads square brackets as markup and drops them, and the default with them
+WHICH_METAVAR = "<best|last|average>"
+DEVICE_METAVAR = "<auto|cpu|cuda[:N]>"
 WHICH_HELP = ("For a run directory: best (the default), last or average (the averaged checkpoint). While a run has no "
               "best checkpoint yet, best loads its newest numbered one.")
 ProgressOption = typer.Option(
@@ -189,7 +208,9 @@ def _config(path: Optional[Path], overrides: Optional[List[str]]) -> Config:
     return load_config(path, overrides or [])
 
 
-@app.command(cls=_Command)
+@app.command(cls=_Command, epilog=_examples(
+    "rpr-mt prepare --config configs/demo.yaml",
+    "rpr-mt prepare --config configs/multi30k_en_de_lit.yaml --force     # rebuild"))
 @user_errors
 def prepare(
     config: Optional[Path] = ConfigOption,
@@ -206,7 +227,12 @@ def prepare(
         prepare_data(cfg.data, force=force, progress=show_progress(progress))
 
 
-@app.command(cls=_Command)
+@app.command(cls=_Command, epilog=_examples(
+    "rpr-mt train --config configs/demo.yaml",
+    "rpr-mt train --config configs/demo.yaml --set model.clip=0 --set train.run_dir=runs/demo_k0",
+    "rpr-mt train --config configs/demo.yaml --dry-run          # the model and its size only",
+    "rpr-mt train --config configs/demo.yaml --more-steps 400   # continue a finished run",
+    "rpr-mt config keys train                  # each train.KEY for --set: default, meaning"))
 @user_errors
 def train(
     config: Optional[Path] = ConfigOption,
@@ -258,11 +284,14 @@ def _check_config_outside_new_run(config: Optional[Path], run_dir: str, dry_run:
                         "keep your config outside the run directory (e.g. configs/) or choose another train.run_dir")
 
 
-@app.command(cls=_Command)
+@app.command(cls=_Command, epilog=_examples(
+    "echo \"the old farmer sees the small red bird\" | rpr-mt translate --checkpoint runs/demo",
+    "rpr-mt translate --checkpoint runs/demo --which average -i input.en -o output.de --beam-size 5",
+    "rpr-mt translate --checkpoint runs/demo/checkpoints/checkpoint_best.pt --no-split < input.en"))
 @user_errors
 def translate(
     checkpoint: Path = typer.Option(..., "--checkpoint", help="A checkpoint file or a run directory."),
-    which: Optional[str] = typer.Option(None, "--which", help=WHICH_HELP, show_default=False),
+    which: Optional[str] = typer.Option(None, "--which", metavar=WHICH_METAVAR, help=WHICH_HELP, show_default=False),
     input: str = typer.Option("-", "--input", "-i",
                               help="Source text file, one segment a line (a sentence, or several: they are split and "
                                    "their translations joined); '-' = stdin."),
@@ -280,7 +309,8 @@ def translate(
     buffer_lines: Optional[int] = typer.Option(
         None, "--buffer-lines", help="Input lines decoded and written at a time (default from config: 2000); an "
         "interrupted -o FILE keeps the finished ones in FILE.partial."),
-    device: str = typer.Option("auto", "--device", help="auto, cpu, cuda or cuda:N."),
+    device: str = typer.Option("auto", "--device", metavar=DEVICE_METAVAR,
+                               help="Where the model runs (auto: cuda when available)."),
     progress: Optional[bool] = ProgressOption,
     split_sentences: Optional[bool] = typer.Option(
         None, "--split-sentences/--no-split",
@@ -414,7 +444,10 @@ class _TokenizedAsMulti30k:
         return bool(self._chunk) or self._arriving.more_within(self._lines, seconds)
 
 
-@app.command("eval-bleu", cls=_Command)
+@app.command("eval-bleu", cls=_Command, epilog=_examples(
+    "rpr-mt eval-bleu --checkpoint runs/demo --split test      # translate the split, then score it",
+    "rpr-mt eval-bleu --checkpoint runs/demo --which average --save-hyp test.hyp",
+    "rpr-mt eval-bleu --hyp output.de --ref reference.de --json"))
 @user_errors
 def eval_bleu(
     hyp: Optional[Path] = typer.Option(None, "--hyp", help="Hypothesis file (detokenized, unless --pretokenized)."),
@@ -425,7 +458,7 @@ def eval_bleu(
         None, "--lang",
         help="Target language for tokenized BLEU (default: the --ref file's suffix, or the checkpoint's data)."),
     checkpoint: Optional[Path] = typer.Option(None, "--checkpoint", help="Translate a split with this model first."),
-    which: Optional[str] = typer.Option(None, "--which", help=WHICH_HELP, show_default=False),
+    which: Optional[str] = typer.Option(None, "--which", metavar=WHICH_METAVAR, help=WHICH_HELP, show_default=False),
     split: str = typer.Option("test", "--split", help="With --checkpoint: the prepared split to translate."),
     beam_size: Optional[int] = typer.Option(
         None, "--beam-size", help="With --checkpoint: beam size (1 = greedy); default from the model's config."),
@@ -441,15 +474,18 @@ def eval_bleu(
         "the literature's BLEU on them as they are; a file that reads as raw (10% or more of its lines look raw) is "
         "refused (with --checkpoint: decided by the model's data.multi30k_text; a raw --ref is tokenized)."),
     as_json: bool = typer.Option(False, "--json", help="Machine-readable output."),
-    device: str = typer.Option("auto", "--device", help="With --checkpoint: auto, cpu, cuda or cuda:N."),
+    device: str = typer.Option("auto", "--device", metavar=DEVICE_METAVAR,
+                               help="With --checkpoint: where the model runs (auto: cuda when available)."),
     progress: Optional[bool] = ProgressOption,
     split_sentences: Optional[bool] = typer.Option(
         None, "--split-sentences/--no-split",
         help="With --checkpoint: translate sentence by sentence, or each line whole; default from the model's config "
         "(decode.split_sentences: true)."),
 ) -> None:
-    """sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k
-    literature's BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
+    """Score translations, given or made by a checkpoint, with BLEU and chrF.
+
+    sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k literature's
+    BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.config import is_pretokenized
     from rpr_mt.evaluate import format_scores, language_from_path, score
@@ -583,7 +619,9 @@ def _all_lowercase(lines: List[str]) -> bool:
     return any(any(c.isalpha() for c in line) for line in lines) and all(line == line.lower() for line in lines)
 
 
-@app.command("average-checkpoints", cls=_Command)
+@app.command("average-checkpoints", cls=_Command, epilog=_examples(
+    "rpr-mt average-checkpoints runs/demo --last 5   # into runs/demo/checkpoints/checkpoint_avg.pt",
+    "rpr-mt average-checkpoints a.pt b.pt c.pt -o averaged.pt"))
 @user_errors
 def average_checkpoints_command(
     inputs: List[Path] = typer.Argument(..., metavar="INPUTS", help="A run directory, or checkpoint files to average."),
@@ -641,7 +679,9 @@ def average_checkpoints_command(
     typer.echo(f"averaged {len(names)} checkpoint{'' if len(names) == 1 else 's'} ({span}) into {output}", err=True)
 
 
-@app.command(cls=_Command)
+@app.command(cls=_Command, epilog=_examples(
+    "rpr-mt plot runs/demo                   # runs/demo/curves.png",
+    "rpr-mt plot runs/demo -o curves.pdf"))
 @user_errors
 def plot(
     run: Path = typer.Argument(..., metavar="RUN", help="A training run directory, or its metrics.jsonl."),
@@ -657,12 +697,14 @@ def plot(
     typer.echo(f"wrote {plot_run(run, output)}", err=True)
 
 
-@app.command("export", cls=_Command)
+@app.command("export", cls=_Command, epilog=_examples(
+    "rpr-mt export runs/demo_shared --output runs/demo_ct2",
+    "rpr-mt export runs/demo_shared --which average --output runs/demo_ct2_int8 --quantization int8"))
 @user_errors
 def export_command(
     checkpoint: Path = typer.Argument(..., metavar="CHECKPOINT", help="A run directory or a checkpoint file."),
     output: Path = typer.Option(..., "--output", "-o", help="The CTranslate2 model directory to write."),
-    which: Optional[str] = typer.Option(None, "--which", help=WHICH_HELP, show_default=False),
+    which: Optional[str] = typer.Option(None, "--which", metavar=WHICH_METAVAR, help=WHICH_HELP, show_default=False),
     quantization: Optional[str] = typer.Option(
         None, "--quantization", help="CTranslate2 weight type (int8, int8_float32, int16, float16, ...); "
                                      "default: float32, as trained."),
@@ -675,6 +717,45 @@ def export_command(
     result = export_ctranslate2(checkpoint, output, which=which, quantization=quantization, force=force)
     typer.echo(f"exported the {result.positions_label} model {result.checkpoint} to {result.output} "
                f"({result.quantization or 'float32'} weights)", err=True)
+
+
+config_app = typer.Typer(
+    cls=_Group, no_args_is_help=True,
+    help="List the config keys with their defaults and meanings, or print a resolved config.")
+app.add_typer(config_app, name="config")
+
+
+@config_app.command("keys", cls=_Command, epilog=_examples(
+    "rpr-mt config keys                      # every key",
+    "rpr-mt config keys decode               # one section",
+    "rpr-mt config keys train.max_steps      # one key",
+    "rpr-mt config keys | grep -i warmup"))
+@user_errors
+def config_keys_command(
+    section: Optional[str] = typer.Argument(
+        None, metavar="SECTION", show_default=False,
+        help="A section (data, model, model.t5, train, decode, ...) or a key (train.max_steps); default: all."),
+) -> None:
+    """List config keys, each with its default, type and meaning (the comments of rpr_mt/config.py)."""
+    from rpr_mt.config_reference import render_text, select_keys
+
+    typer.echo(render_text(select_keys(section)))
+
+
+@config_app.command("show", cls=_Command, epilog=_examples(
+    "rpr-mt config show                                     # every default",
+    "rpr-mt config show --config configs/demo.yaml --set train.max_steps=100"))
+@user_errors
+def config_show_command(
+    config: Optional[Path] = ConfigOption,
+    set_: Optional[List[str]] = SetOption,
+) -> None:
+    """Print a config as the commands resolve it (file, --set overrides, presets, defaults), validated, as YAML."""
+    import yaml
+
+    from rpr_mt.config import config_to_dict
+
+    typer.echo(yaml.safe_dump(config_to_dict(_config(config, set_)), sort_keys=False), nl=False)
 
 
 # -- helpers -----------------------------------------------------------------------------------------------------------
