@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("triton", reason="triton is not installed (pip install 'triton>=3.2')")
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
 
 pytestmark = [pytest.mark.triton, pytest.mark.slow]
 

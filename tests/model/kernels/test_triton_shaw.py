@@ -20,7 +20,7 @@ import torch
 
 if not torch.cuda.is_available():
     os.environ.setdefault("TRITON_INTERPRET", "1")  # before Triton is imported (conftest.py does it first)
-pytest.importorskip("triton", reason="triton is not installed (pip install 'triton>=3.2')")
+pytest.importorskip("triton", reason="triton is not installed (pip install -e '.[triton]')")
 
 from rpr_mt.model.kernels import relative_attention, triton_shaw  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
