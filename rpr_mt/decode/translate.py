@@ -230,7 +230,7 @@ def iter_translations(
                        "max_positions - 1) of %d of %d input %s: those stop at the limit",
                        decode.min_length, capped, n_sources, what)
     if len(short) > SHORT_RATE * translated:
-        warn_short_outputs(short, translated, min_length_ratio)
+        warn_short_outputs(short, translated, min_length_ratio, decode.split_sentences)
 
 
 def count_lines(path: Union[str, Path]) -> int:
@@ -325,12 +325,18 @@ def short_outputs(
     return short
 
 
-def warn_short_outputs(short: list[int], n_lines: int, min_ratio: float) -> None:
-    """The one warning for ``short_outputs``."""
+def warn_short_outputs(short: list[int], n_lines: int, min_ratio: float, split_sentences: bool = True) -> None:
+    """The one warning for ``short_outputs`` (``short``: 0-based line numbers, of ``n_lines`` translated).
+    ``split_sentences`` off, a line of several sentences was translated whole, which is the usual way to lose them."""
+    one = len(short) == 1
     shown = ", ".join(str(i + 1) for i in short[:5]) + (", ..." if len(short) > 5 else "")
+    hint = ("" if split_sentences else "; decode.split_sentences is off (--no-split), and translating sentence by "
+            "sentence keeps them")
     logger.warning(
-        "%d of %d translations are shorter than the model translates 99%% of its dev set (fewer than %.2f output "
-        "pieces per source piece; lines %s): sentences may have been left out", len(short), n_lines, min_ratio, shown,
+        "%d of %d %s %s short for %s source (under %.2f output pieces per source piece, which 99%% of the model's dev "
+        "translations reach; %s %s): sentences may have been left out%s", len(short), n_lines,
+        "translation" if n_lines == 1 else "translations", "is" if one else "are", "its" if one else "their",
+        min_ratio, "line" if one else "lines", shown, hint,
     )
 
 

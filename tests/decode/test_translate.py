@@ -255,7 +255,7 @@ def test_short_outputs_are_counted_in_one_warning(caplog: pytest.LogCaptureFixtu
     model = ScriptedModel(table_script({"a b c d": {"": {"a": 1.0}, "a": {"</s>": 1.0}}}))  # "abcd" in PunctVocab
     with caplog.at_level(logging.WARNING):
         run_split(["abcd"], model=model, min_length_ratio=0.5)
-    assert len(caplog.records) == 1 and "1 of 1 translations are shorter" in caplog.records[0].getMessage()
+    assert len(caplog.records) == 1 and "1 of 1 translation is short" in caplog.records[0].getMessage()
     caplog.clear()
     with caplog.at_level(logging.WARNING):
         run_split(["abcd"], model=model, min_length_ratio=0.2)  # above the floor: nothing said
@@ -277,9 +277,9 @@ def test_short_outputs_are_reported_above_five_percent_of_the_lines(caplog, shor
     with caplog.at_level(logging.WARNING):
         run_split(lines, model=model, min_length_ratio=0.5)
     messages = [r.getMessage() for r in caplog.records]
-    assert messages == ([f"{short_lines} of 100 translations are shorter than the model translates 99% of its dev set "
-                         "(fewer than 0.50 output pieces per source piece; lines 1, 2, 3, 4, 5, ...): sentences may "
-                         "have been left out"] if warned else [])
+    assert messages == ([f"{short_lines} of 100 translations are short for their source (under 0.50 output pieces per "
+                         "source piece, which 99% of the model's dev translations reach; lines 1, 2, 3, 4, 5, ...): "
+                         "sentences may have been left out"] if warned else [])
 
 
 def test_a_one_sentence_line_is_translated_as_without_splitting() -> None:
@@ -342,7 +342,29 @@ def test_short_outputs_of_all_windows_are_one_warning_with_their_line_numbers(ca
         run_split(["abcd", "", "abcd"], model=model, min_length_ratio=0.5, buffer_lines=1)
     messages = [r.getMessage() for r in caplog.records]
     # the empty line is not a translation: 2 of 2, not 2 of 3
-    assert len(messages) == 1 and "2 of 2 translations are shorter" in messages[0] and "lines 1, 3)" in messages[0]
+    assert len(messages) == 1 and "2 of 2 translations are short" in messages[0] and "lines 1, 3)" in messages[0]
+
+
+def test_one_short_line_translated_whole_is_said_in_the_singular_with_the_reason(caplog) -> None:
+    """`translate --no-split` of one line said "1 of 1 translations are shorter ... (lines 1)": one translation is
+    singular, and a line translated whole is the usual way to lose sentences, which the warning says."""
+    from . import table_script
+
+    short = table_script({"a b c d": {"": {"a": 1.0}, "a": {"</s>": 1.0}}})  # "abcd" -> "a": a quarter of it
+    model = ScriptedModel(lambda source, prefix: (short(source, prefix) if source == ids("a b c d")
+                                                 else copy_script(source, prefix)))
+    with caplog.at_level(logging.WARNING):
+        run_split(["abcd"], model=model, min_length_ratio=0.5, split_sentences=False)
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 of 1 translation is short for its source (under 0.50 output pieces per source piece, which 99% of the "
+        "model's dev translations reach; line 1): sentences may have been left out; decode.split_sentences is off "
+        "(--no-split), and translating sentence by sentence keeps them"]
+    caplog.clear()
+    with caplog.at_level(logging.WARNING):
+        run_split(["abcd"] + ["ab"] * 18, model=model, min_length_ratio=0.5)  # 1 of 19, over 5%: one is, of many
+    assert [r.getMessage() for r in caplog.records] == [
+        "1 of 19 translations is short for its source (under 0.50 output pieces per source piece, which 99% of the "
+        "model's dev translations reach; line 1): sentences may have been left out"]
 
 
 def test_lines_are_read_a_window_at_a_time() -> None:
