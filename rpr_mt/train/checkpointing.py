@@ -6,6 +6,7 @@ run holds.
 
 from __future__ import annotations
 
+import shlex
 from pathlib import Path
 from typing import Any, Callable
 
@@ -139,3 +140,29 @@ def average_last(run_dir: Path, t: TrainConfig, say: Callable[[str], None]) -> N
         f"{checkpoint_dir(run_dir) / 'checkpoint_avg.pt'}")
 
 
+
+
+def checkpoint_to_use(run_dir: Path, t: TrainConfig, data_dir: Path, src_lang: str) -> str:
+    """The end of a finished run's summary line: the checkpoint to use and the commands that use it. The average
+    when train.average_last made one (the checkpoint a recipe's scores are of), else the best on dev (translate's
+    and eval-bleu's default), else the last (no validation chose a best); eval-bleu scores the prepared test split
+    (dev where there is no test)."""
+    folder = checkpoint_dir(run_dir)
+    if t.average_last > 0 and (folder / "checkpoint_avg.pt").is_file():
+        path, which = folder / "checkpoint_avg.pt", " --which average"
+        steps = averaged_steps(path) or []
+        what = (f"the average of the checkpoints of updates {steps[0]}-{steps[-1]}" if len(steps) > 1
+                else "the average of the last checkpoints")
+    elif (folder / "checkpoint_best.pt").is_file():
+        path, which, what = folder / "checkpoint_best.pt", "", "the best on dev"
+    else:
+        numbered = list_step_checkpoints(run_dir)
+        if not numbered:
+            return "no checkpoint written"
+        path, which, what = numbered[-1], " --which last", "the last: no validation chose a best one"
+    run = shlex.quote(str(run_dir))
+    commands = [f"rpr-mt translate --checkpoint {run}{which} -i FILE"]
+    split = next((name for name in ("test", "dev") if (data_dir / f"{name}.{src_lang}").is_file()), None)
+    if split is not None:
+        commands.insert(0, f"rpr-mt eval-bleu --checkpoint {run}{which} --split {split}")
+    return f"use {path} ({what}): {', or '.join(commands)}"

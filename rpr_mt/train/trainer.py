@@ -44,6 +44,7 @@ from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import BatchStream, usable_examples
 from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, failed_write, \
     latest_valid_checkpoint, remove_stale_temporaries
+from rpr_mt.train.checkpointing import checkpoint_to_use
 from rpr_mt.train.device import autocast, cpu_bf16_warning, oversubscribed_threads_warning, peak_memory_mb, \
     pick_device
 from rpr_mt.train.distributed import Distributed, init_distributed
@@ -441,7 +442,8 @@ def _train(
     logger.message(
         f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
         + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
-        + f"checkpoint {checkpoints.last}"
+        + (f"checkpoint {checkpoints.last}" if stopped_by == "signal"  # the CLI then says how to resume
+           else checkpoint_to_use(run_dir, t, data_dir, cfg.data.src_lang))
     )
     dd.barrier()
     seconds = time.monotonic() - start_time

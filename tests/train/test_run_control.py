@@ -310,6 +310,54 @@ def test_the_summary_is_the_last_line_after_the_progress_bar(finished):
     assert screen[-1].startswith("stopped by max_steps at update 12"), screen[-3:]
 
 
+def test_the_summary_names_the_checkpoint_to_use_and_a_command_that_runs(finished):
+    """The last line named the last numbered checkpoint; a run that averages its last checkpoints is scored by the
+    average: the line names it and the eval-bleu command that scores it, which runs as printed."""
+    import shlex
+
+    from typer.testing import CliRunner
+
+    from rpr_mt.cli import app
+
+    run_dir, err = finished
+    last = err.rstrip().split("\n")[-1].split("\r")[-1]
+    average = ckpt.checkpoint_dir(run_dir) / "checkpoint_avg.pt"
+    command = f"rpr-mt eval-bleu --checkpoint {shlex.quote(str(run_dir))} --which average --split test"
+    assert f"; use {average} (the average of the checkpoints of updates 4-12): {command}, or rpr-mt translate " \
+           f"--checkpoint {shlex.quote(str(run_dir))} --which average -i FILE" in last, last
+    assert "checkpoint_00000012.pt" not in last
+    result = CliRunner().invoke(app, shlex.split(command)[1:] + ["--device", "cpu"])
+    assert result.exit_code == 0 and "BLEU" in result.output and "checkpoint_avg.pt" in result.output, result.output
+
+
+@pytest.mark.parametrize("files, expected", [
+    (["checkpoint_00000004.pt", "checkpoint_best.pt"], "use {folder}/checkpoint_best.pt (the best on dev): rpr-mt "
+     "eval-bleu --checkpoint {run} --split test, or rpr-mt translate --checkpoint {run} -i FILE"),
+    (["checkpoint_00000004.pt", "checkpoint_00000008.pt"], "use {folder}/checkpoint_00000008.pt (the last: no "
+     "validation chose a best one): rpr-mt eval-bleu --checkpoint {run} --which last --split test, or rpr-mt "
+     "translate --checkpoint {run} --which last -i FILE"),
+    ([], "no checkpoint written"),
+])
+def test_the_checkpoint_to_use_is_the_best_else_the_last(tmp_path, files, expected):
+    from rpr_mt.config import TrainConfig
+    from rpr_mt.train.checkpointing import checkpoint_to_use
+
+    run_dir, data_dir = tmp_path / "my run", tmp_path / "data"
+    folder = ckpt.checkpoint_dir(run_dir)
+    folder.mkdir(parents=True)
+    data_dir.mkdir()
+    for name in files:
+        (folder / name).write_bytes(b"")
+    (data_dir / "test.en").write_text("a\n")
+    t = TrainConfig(run_dir=str(run_dir))
+    said = checkpoint_to_use(run_dir, t, data_dir, "en")
+    assert said == expected.format(folder=folder, run=f"'{run_dir}'")  # a path with a space is quoted
+    (data_dir / "test.en").unlink()
+    (data_dir / "dev.en").write_text("a\n")  # no test split: eval-bleu scores dev
+    assert checkpoint_to_use(run_dir, t, data_dir, "en") == expected.format(folder=folder, run=f"'{run_dir}'") \
+        .replace("--split test", "--split dev")
+
+
 # -- what a finished run wrote -----------------------------------------------------------------------------------------
 
 
