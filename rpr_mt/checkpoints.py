@@ -208,8 +208,8 @@ def _ctranslate2_export(path: Path) -> str | None:
         source = json.loads((folder / "rpr_mt.json").read_text(encoding="utf-8")).get("checkpoint") or ""
     except (OSError, ValueError, AttributeError):
         pass
-    return (f"{path} is a CTranslate2 model, not an rpr-mt checkpoint: decode it with CTranslate2 (README, \"Fast "
-            f"inference with CTranslate2\") or pass " + (f"the checkpoint it was exported from, {source}" if source
+    return (f"{path} is a CTranslate2 model, not an rpr-mt checkpoint: decode it with CTranslate2 "
+            f"(docs/guide/export.md) or pass " + (f"the checkpoint it was exported from, {source}" if source
                                                          else "the run it was exported from"))
 
 
