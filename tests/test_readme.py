@@ -7,6 +7,7 @@ that this file does not know fails the test, so that a new command gets a check.
 from __future__ import annotations
 
 import re
+import shutil
 import shlex
 import tomllib
 from pathlib import Path
@@ -158,3 +159,39 @@ def test_the_own_files_tour_runs_with_tiny_settings(tmp_path):
     assert len(hyp.read_text(encoding="utf-8").splitlines()) == 3
     scored = runner.invoke(app, ["eval-bleu", "--hyp", str(hyp), "--ref", str(reference), "--json"])
     assert scored.exit_code == 0 and '"sacrebleu"' in scored.output, scored.output
+
+
+def _tour_commands() -> list[tuple[str, list[str]]]:
+    """The README's commands on runs/demo, each as (stdin, rpr-mt arguments): `echo TEXT | rpr-mt ...` gives TEXT."""
+    tour = []
+    for lang, body in _code_blocks(README.read_text(encoding="utf-8")):
+        for line in body.replace("\\\n", " ").splitlines():
+            commands = _command_lines(line)
+            if commands and commands[-1][0] == "rpr-mt" and "runs/demo" in commands[-1] and commands[-1][1] != "train":
+                stdin = " ".join(commands[0][1:]) + "\n" if commands[0][0] in ("echo", "printf") else ""
+                tour.append((stdin, commands[-1][1:]))
+    return tour
+
+
+def test_the_demo_tour_runs_on_a_tiny_demo_run_and_exports_its_first_run(tmp_path, monkeypatch):
+    """README: the main job, then each quick-tour command on its run, export included (the demo's Shaw tables are
+    shared across heads, which CTranslate2 holds, so the first run exports as it is)."""
+    tour = _tour_commands()
+    assert [args[0] for _, args in tour] == ["translate", "eval-bleu", "average-checkpoints", "eval-bleu", "plot",
+                                             "export"]
+    pytest.importorskip("ctranslate2", reason="the export needs ctranslate2 (the ctranslate2 or dev extra)")
+    pytest.importorskip("matplotlib", reason="plot needs matplotlib (the plots or dev extra)")
+    monkeypatch.chdir(tmp_path)  # runs/demo and data/demo of the README, here
+    (tmp_path / "configs").mkdir()
+    shutil.copy(REPO / "configs" / "demo.yaml", tmp_path / "configs" / "demo.yaml")
+    tiny = ["--set", "data.demo_sizes.train=400", "--set", "data.demo_sizes.dev=10", "--set", "data.demo_sizes.test=10",
+            "--set", "data.vocab_size=120", "--set", "train.max_steps=4", "--set", "train.save_every=1",
+            "--set", "train.validate_every=4", "--set", "train.tensorboard=false"]
+    trained = runner.invoke(app, ["train", "--config", "configs/demo.yaml", *tiny, "--no-progress"])
+    assert trained.exit_code == 0, trained.output
+    for stdin, args in tour:
+        result = runner.invoke(app, args, input=stdin)
+        assert result.exit_code == 0, f"rpr-mt {shlex.join(args)}: {result.output}"
+    assert (tmp_path / "runs/demo/checkpoints/checkpoint_avg.pt").is_file()
+    assert (tmp_path / "runs/demo/curves.png").is_file()
+    assert (tmp_path / "runs/demo_ct2/model.bin").is_file() and (tmp_path / "runs/demo_ct2/spm.model").is_file()
