@@ -8,6 +8,8 @@ Layout of ``data.output_dir``::
     {split}.{src,tgt}.offsets.npy
     {split}.{src_lang}, {split}.{tgt_lang}   cleaned UTF-8 text of every split except train (BLEU references and
                                         translation inputs; one line per official line, empty lines kept)
+    casing.json                         for lowercased text (Multi30k's tok/ files) only: the casing model of the
+                                        target language, learned from the raw training text (rpr_mt.text.casing)
 
 Memory stays bounded whatever the corpus size: O(data.spm_sample_sentences) for the SentencePiece sample, plus one
 encoding batch, plus (only with data.dedup) ~70 bytes per kept training pair. Everything is written to a temporary
@@ -30,12 +32,13 @@ from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
 import rpr_mt
-from rpr_mt.config import DataConfig, validate_data, yaml_value
+from rpr_mt.config import DataConfig, is_pretokenized, validate_data, yaml_value
 from rpr_mt.data import binarize, sources
 from rpr_mt.data.clean import CleanStats, TrainFilter, require_some_kept, write_clean_split
 from rpr_mt.data.vocab import BOS_ID, EOS_ID, MODEL_FILE, PAD_ID, UNK_ID, ReservoirSample, Vocab, \
     train_sentencepiece
 from rpr_mt.errors import UserError
+from rpr_mt.text import casing
 
 try:  # advisory lock that tells a live prepare run from a killed one; absent on Windows
     import fcntl
@@ -69,6 +72,7 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
         reason = check_prepared(config)
         if reason is None:
             log.info("%s is up to date (use --force to rebuild)", config.output_dir)
+            _add_missing_casing(config, out)
             return out
     if out.exists() and not (out / MANIFEST).is_file() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"data.output_dir {config.output_dir} exists and does not hold prepared data (no {MANIFEST}); "
@@ -319,6 +323,9 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
                 (tmp / f"{name}.{lang}").unlink()
 
     manifest = _manifest(config, corpus.inputs, clean, tokens, vocab, sample_size)
+    casing_entry = _learn_casing(config, tmp, corpus.inputs)
+    if casing_entry is not None:
+        manifest["casing"] = casing_entry
     manifest["files"] = sorted(p.name for p in tmp.iterdir() if p.name != _LOCK)
     # size and sha256 of every file: "up to date" means the same bytes, and loading verifies them
     manifest["checksums"] = {name: binarize.file_checksum(tmp / name) for name in manifest["files"]}
@@ -420,6 +427,70 @@ def _record_unchanged_inputs(out: Path, config: DataConfig, manifest: dict[str, 
         tmp.unlink(missing_ok=True)
 
 
+# ------------------------------------------------------------------------------------------------------------------
+# Casing model (lowercased text only)
+# ------------------------------------------------------------------------------------------------------------------
+
+
+def casing_source(config: DataConfig) -> Optional[Path]:
+    """The raw, cased target-language training file that the casing model of ``config``'s data is learned from, or
+    None when its text keeps its case (only Multi30k's tok/ text is lowercased). Its lines align with those of the
+    tok/ training file."""
+    if not is_pretokenized(config) or config.multi30k_dir is None:
+        return None
+    root = Path(config.multi30k_dir)
+    name = f"{sources.MULTI30K_FILES['train']}.{config.tgt_lang}"
+    gz, plain = root / f"{name}.gz", root / name
+    return plain if plain.exists() and not gz.exists() else gz
+
+
+def _learn_casing(config: DataConfig, directory: Path, inputs: dict[str, Any]) -> Optional[dict[str, Any]]:
+    """Learn the casing model of ``config``'s data into ``directory`` and return its manifest entry; None (with a
+    warning where one was wanted) when the text keeps its case, or the raw training file is missing or does not
+    align with the lowercased one (whose line count ``inputs``, the manifest's record of them, holds): translations
+    then stay lowercase, and nothing else depends on the model."""
+    path = casing_source(config)
+    if path is None:
+        return None
+    if not path.is_file():
+        log.warning("warning: no casing model: %s (the raw training text beside tok/) is missing, so translations of "
+                    "raw text stay lowercase", path)
+        return None
+    lines = list(sources.read_lines(path))  # Multi30k's 29,000 lines: a few MB
+    train_lines = inputs.get("files", {}).get("train.tgt", {}).get("lines")
+    if len(lines) != train_lines:
+        log.warning("warning: no casing model: %s has %d lines, the tokenized training text %d (they must align), "
+                    "so translations of raw text stay lowercase", path, len(lines), train_lines)
+        return None
+    log.info("learning the %s casing model from %s", config.tgt_lang, path)
+    model = casing.learn(casing.tokenize_cased(lines, config.tgt_lang), config.tgt_lang)
+    casing.save(model, directory / casing.FILE_NAME)
+    return {"file": casing.FILE_NAME, "lang": config.tgt_lang, "words": len(model.words),
+            "learned_from": {"path": str(path.resolve()), "sha256": sources.sha256_file(path)}}
+
+
+def _add_missing_casing(config: DataConfig, out: Path) -> None:
+    """Data prepared before casing models (or while the raw file was missing) gets its casing model now, without
+    being prepared again: the model, then the manifest that lists it, each written atomically."""
+    manifest = read_manifest(out)
+    if casing_source(config) is None or "casing" in manifest:
+        return
+    entry = _learn_casing(config, out, manifest.get("inputs", {}))
+    if entry is None:
+        return
+    manifest["casing"] = entry
+    manifest["files"] = sorted(set(manifest.get("files", [])) | {casing.FILE_NAME})
+    manifest.setdefault("checksums", {})[casing.FILE_NAME] = binarize.file_checksum(out / casing.FILE_NAME)
+    tmp = out / f".{MANIFEST}.tmp-{os.getpid()}"
+    try:
+        tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+        os.replace(tmp, out / MANIFEST)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    log.info("added the casing model %s to %s", casing.FILE_NAME, out)
+
+
 def _short(value: Any) -> str:
     text = yaml_value(value)
     return text if len(text) <= 60 else text[:57] + "..."
@@ -470,7 +541,7 @@ def _is_locked(lock_path: Path) -> bool:
 
 
 # prepare's own file names (the layout above), for a directory whose manifest cannot say which files it wrote
-_OWN_NAME = re.compile(r"spm\.(model|vocab)|[\w-]+\.(src|tgt)\.(ids|offsets)\.npy|[\w-]+\.[a-z]{2}")
+_OWN_NAME = re.compile(r"casing\.json|spm\.(model|vocab)|[\w-]+\.(src|tgt)\.(ids|offsets)\.npy|[\w-]+\.[a-z]{2}")
 
 
 def _foreign_entries(out: Path) -> list[str]:

@@ -509,3 +509,95 @@ def test_a_bad_input_is_one_error_with_no_preparing_line_before_it(tmp_path, cap
     with caplog.at_level(logging.INFO, logger="rpr_mt"), pytest.raises(UserError):
         prepare(config, progress=False)
     assert "preparing" not in caplog.text
+
+
+# ------------------------------------------------------------------------------------------------------------------
+# The casing model of lowercased text
+# ------------------------------------------------------------------------------------------------------------------
+
+CASED_DE = ["Ein Hund rennt im Park.", "Die Katze sitzt auf der Matte.", "Zwei Männer spielen Fußball in Berlin.",
+            "Der alte Mann liest ein Buch im Park.", "Ein Kind lacht über den Clown.", "Vögel singen am Morgen."]
+CASED_EN = ["A dog runs in the park.", "The cat sits on the mat.", "Two men play soccer in Berlin.",
+            "The old man reads a book in the park.", "A child laughs at the clown.", "Birds sing in the morning."]
+
+
+def _multi30k_tok_corpus(root: Path) -> DataConfig:
+    """Multi30k's layout in miniature: raw files and tok/ files made from them by the dataset's script."""
+    from rpr_mt.evaluate import lowercase_normalize_tokenize
+
+    (root / "tok").mkdir(parents=True)
+    for prefix, n in (("train", 10), ("val", 1), ("test_2016_flickr", 1)):
+        for lang, lines in (("en", CASED_EN * n), ("de", CASED_DE * n)):
+            write_lines(root / f"{prefix}.{lang}.gz", lines)
+            write_lines(root / "tok" / f"{prefix}.{lang}.gz", lowercase_normalize_tokenize(lines, lang))
+    return DataConfig(source="multi30k", multi30k_dir=str(root), multi30k_text="tok", vocab_size=80,
+                      output_dir=str(root.parent / "prepared"))
+
+
+def test_lowercased_text_gets_a_casing_model_learned_from_the_raw_training_text(tmp_path):
+    from rpr_mt.text import casing
+
+    config = _multi30k_tok_corpus(tmp_path / "m30k")
+    out = prepare(config, progress=False)
+    manifest = read_manifest(out)
+    assert casing.FILE_NAME in manifest["files"]
+    assert manifest["checksums"][casing.FILE_NAME] == binarize.file_checksum(out / casing.FILE_NAME)
+    entry = manifest["casing"]
+    assert entry["file"] == casing.FILE_NAME and entry["lang"] == "de"
+    assert entry["learned_from"] == {"path": str((tmp_path / "m30k" / "train.de.gz").resolve()),
+                                     "sha256": sources.sha256_file(tmp_path / "m30k" / "train.de.gz")}
+    model = casing.load(out / casing.FILE_NAME)
+    assert entry["words"] == len(model.words)
+    assert model.recase("der mann spielt im park in berlin .") == "Der Mann spielt im Park in Berlin ."
+    assert check_prepared(config) is None
+
+    # raw text keeps its case: no casing model
+    raw = DataConfig(source="multi30k", multi30k_dir=str(tmp_path / "m30k"), vocab_size=80,
+                     output_dir=str(tmp_path / "prepared_raw"))
+    raw_out = prepare(raw, progress=False)
+    assert not (raw_out / casing.FILE_NAME).exists() and "casing" not in read_manifest(raw_out)
+
+
+def test_data_prepared_without_a_casing_model_gets_one_without_being_prepared_again(tmp_path, caplog):
+    from rpr_mt.text import casing
+
+    config = _multi30k_tok_corpus(tmp_path / "m30k")
+    out = prepare(config, progress=False)
+    learned = (out / casing.FILE_NAME).read_bytes()
+    # as data prepared before casing models: no file, no manifest entry
+    manifest = read_manifest(out)
+    del manifest["casing"], manifest["checksums"][casing.FILE_NAME]
+    manifest["files"].remove(casing.FILE_NAME)
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    (out / casing.FILE_NAME).unlink()
+    assert check_prepared(config) is None  # up to date: nothing it needs is missing
+    before = _snapshot(out)
+
+    with caplog.at_level(logging.INFO, logger="rpr_mt.data.prepare"):
+        prepare(config, progress=False)
+    assert "added the casing model" in caplog.text and "preparing" not in caplog.text
+    after = _snapshot(out)
+    assert {name: after[name] for name in before if name != MANIFEST} == \
+        {name: stamp for name, stamp in before.items() if name != MANIFEST}  # nothing encoded again
+    assert (out / casing.FILE_NAME).read_bytes() == learned
+    again = read_manifest(out)
+    assert casing.FILE_NAME in again["files"] and again["casing"]["lang"] == "de"
+    assert check_prepared(config) is None and not [p for p in out.iterdir() if p.name.startswith(".")]
+
+
+def test_a_missing_or_misaligned_raw_training_file_leaves_no_casing_model_and_says_so(tmp_path, caplog):
+    from rpr_mt.text import casing
+
+    config = _multi30k_tok_corpus(tmp_path / "m30k")
+    (tmp_path / "m30k" / "train.de.gz").unlink()
+    with caplog.at_level(logging.WARNING, logger="rpr_mt.data.prepare"):
+        out = prepare(config, progress=False)
+    assert "no casing model" in caplog.text and "train.de.gz" in caplog.text and "missing" in caplog.text
+    assert not (out / casing.FILE_NAME).exists() and "casing" not in read_manifest(out)
+
+    caplog.clear()
+    write_lines(tmp_path / "m30k" / "train.de.gz", CASED_DE * 3)
+    with caplog.at_level(logging.WARNING, logger="rpr_mt.data.prepare"):
+        prepare(config, progress=False)  # up to date; the casing model is tried again
+    assert "has 18 lines, the tokenized training text 60" in caplog.text
+    assert not (out / casing.FILE_NAME).exists()
