@@ -34,12 +34,13 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
-from rpr_mt.config import Config, config_from_dict, model_settings_read, yaml_value
+from rpr_mt.config import Config, config_from_dict, is_pretokenized, model_settings_read, yaml_value
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
 from rpr_mt.host import give_new_file_mode
 from rpr_mt.model.upgrade import upgrade_state_dict
+from rpr_mt.text import casing
 
 if TYPE_CHECKING:
     from torch import nn
@@ -467,14 +468,20 @@ def average_checkpoints(paths: list[Path], report: Callable[[str], None] | None 
 
 
 def vocab_payload(spm_model_path: str | Path) -> dict[str, Any]:
-    """The vocabulary as stored in a checkpoint: SentencePiece model bytes, their sha256 and the size."""
+    """The vocabulary as stored in a checkpoint: SentencePiece model bytes, their sha256 and the size; and the casing
+    model's file bytes where the prepared data beside it has one (lowercased text: ``rpr_mt.text.casing``). Bytes
+    in uint8 tensors: the checkpoint's checksum covers them."""
     vocab = Vocab.load(spm_model_path)
     data = Path(spm_model_path).read_bytes()
-    return {
+    payload = {
         "fingerprint": vocab.fingerprint,
         "size": vocab.size,
         "spm_model": torch.frombuffer(bytearray(data), dtype=torch.uint8),
     }
+    casing_file = Path(spm_model_path).parent / casing.FILE_NAME
+    if casing_file.is_file():
+        payload["casing_model"] = torch.frombuffer(bytearray(casing_file.read_bytes()), dtype=torch.uint8)
+    return payload
 
 
 def vocab_from_payload(vocab: dict[str, Any], source: str | Path) -> Vocab:
@@ -490,12 +497,37 @@ def vocab_from_payload(vocab: dict[str, Any], source: str | Path) -> Vocab:
         model_bytes = data.numpy().tobytes()
         path.write_bytes(model_bytes)
         try:
-            vocab = Vocab.load(path)
-            vocab._fingerprint = hashlib.sha256(model_bytes).hexdigest()  # the file is gone after this block
-            return vocab
+            loaded = Vocab.load(path)
+            loaded._fingerprint = hashlib.sha256(model_bytes).hexdigest()  # the file is gone after this block
         except UserError as exc:
             reason = str(exc).removeprefix(f"{path}: ").replace(f" from {path}", "").replace(str(path), "spm.model")
             raise UserError(f"checkpoint {source}: its vocabulary is broken ({reason})") from None
+    casing_bytes = vocab.get("casing_model")
+    if isinstance(casing_bytes, torch.Tensor):
+        try:
+            loaded.casing = casing.Casing.from_json(casing_bytes.numpy().tobytes().decode("utf-8"), casing.FILE_NAME)
+        except (UnicodeDecodeError, casing.CasingError) as exc:
+            raise UserError(f"checkpoint {source}: its casing model is broken ({exc})") from None
+    return loaded
+
+
+def casing_of_data(config: Config, checkpoint: str | Path, vocab: Vocab) -> casing.Casing | None:
+    """The casing model of the prepared data a checkpoint names (``data.output_dir``, found as ``prepared_data_of``
+    finds it, with the checkpoint's vocabulary), for checkpoints written before they carried one; None when its data
+    keeps its case, or is not there, or has none."""
+    if not is_pretokenized(config.data):
+        return None
+    try:
+        data_dir = prepared_data_of(config.data.output_dir, checkpoint, vocab.fingerprint)
+    except UserError:  # prepared again with another vocabulary: not this model's data
+        return None
+    path = data_dir / casing.FILE_NAME
+    if not path.is_file():
+        return None
+    try:
+        return casing.load(path)
+    except casing.CasingError as exc:
+        raise UserError(str(exc)) from None
 
 
 def weights_mismatch(model: "nn.Module", weights: dict[str, torch.Tensor]) -> str | None:
@@ -544,6 +576,8 @@ def load_for_inference(
         report(f"loaded {resolved} ({describe_checkpoint(payload)})")
     config = config_from_dict(payload["config"], origin=str(resolved))
     model, vocab = model_from_payload(payload, config, resolved)
+    if vocab.casing is None:
+        vocab.casing = casing_of_data(config, resolved, vocab)
     # The dev set's 1st-percentile output/source length ratio, if recorded (an average: its newest validated
     # input's): translate_lines warns below it.
     model.dev_length_ratio_floor = (payload.get("dev") or payload.get("dev_lengths") or {}).get("length_ratio_p01")

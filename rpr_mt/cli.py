@@ -321,8 +321,13 @@ def translate(
         "without it, lines that look raw are lowercased, normalized and tokenized as that text was."),
     detokenize: bool = typer.Option(
         True, "--detokenize/--no-detokenize",
-        help="The translations of the lines tokenized for such a model detokenized back to plain text (still "
-        "lowercase), or left in the model's tokenized form (the form the Multi30k literature scores)."),
+        help="The translations of the lines tokenized for such a model detokenized back to plain text, or left in "
+        "the model's tokenized form (the form the Multi30k literature scores)."),
+    recase: bool = typer.Option(
+        True, "--recase/--no-recase",
+        help="Those detokenized translations recased with the casing model that `rpr-mt prepare` learned from the "
+        "training data's raw target text (German nouns capitalised, each sentence's first letter), or left "
+        "lowercase."),
 ) -> None:
     """Translate text with a trained model."""
     import itertools
@@ -373,19 +378,20 @@ def translate(
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
                                 tgt_lang=cfg.data.tgt_lang, total=total)
-    if detokenize:  # raw text in, plain text out
+    casing = vocab.casing if detokenize and recase else None
+    if detokenize:  # raw text in, plain (cased) text out
         from rpr_mt.decode.pretokenize import detokenize_outputs
 
-        outputs = detokenize_outputs(outputs, raw.plain, decode.nbest, cfg.data.tgt_lang)
+        outputs = detokenize_outputs(outputs, raw.plain, decode.nbest, cfg.data.tgt_lang, casing)
     from rpr_mt.train.signals import interrupt_on_stop_signals
 
     try:
         with interrupt_on_stop_signals():  # `timeout`, a scheduler, a closed terminal: FILE.partial kept, as on Ctrl-C
             _write_lines(output, outputs)
     except KeyboardInterrupt:  # the lines kept (in FILE.partial, or already printed) were tokenized all the same
-        _note_tokenized(raw, detokenize, " read so far")
+        _note_tokenized(raw, detokenize, " read so far", recase=recase, recased=casing is not None)
         raise
-    _note_tokenized(raw, detokenize)
+    _note_tokenized(raw, detokenize, recase=recase, recased=casing is not None)
 
 
 @dataclasses.dataclass
@@ -398,12 +404,22 @@ class _RawLines:
     read: int = 0
 
 
-def _note_tokenized(raw: _RawLines, detokenized: bool, so_far: str = "") -> None:
+def _note_tokenized(raw: _RawLines, detokenized: bool, so_far: str = "", recase: bool = True,
+                    recased: bool = False) -> None:
     """Say how many input lines ``_TokenizedAsMulti30k`` tokenized: said at the end (or at an interrupt, of the
-    lines read until then)."""
+    lines read until then), and whether their translations were recased (``recase``: asked to; ``recased``: done)."""
     if raw.tokenized:
-        form = ("their translations detokenized back, still lowercase (--no-detokenize: in the tokenized form; "
-                if detokenized else "their translations are in that form (")
+        if not detokenized:
+            form = "their translations are in that form ("
+        elif recased:
+            form = ("their translations detokenized back and recased with the casing model learned from the training "
+                    "data's raw text (--no-recase: lowercase; --no-detokenize: in the tokenized form; ")
+        elif recase:
+            form = ("their translations detokenized back, still lowercase: neither the checkpoint nor its prepared "
+                    "data has a casing model (`rpr-mt prepare` with the run's config adds one to the data) "
+                    "(--no-detokenize: in the tokenized form; ")
+        else:
+            form = "their translations detokenized back, lowercase (--no-detokenize: in the tokenized form; "
         _stderr(f"note: {len(raw.tokenized)} of {raw.read} input lines{so_far} looked like raw text; this model was "
                 "trained on Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and "
                 f"tokenized as that text was, and {form}--no-tokenize: lines as given)")

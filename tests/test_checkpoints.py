@@ -320,3 +320,29 @@ def test_checkpoints_get_the_mode_the_umask_gives_new_files(tmp_path):
         assert (tmp_path / "b.pt").stat().st_mode & 0o777 == 0o600
     finally:
         os.umask(old)
+
+
+def test_the_casing_model_of_the_data_travels_with_the_vocabulary_and_its_checksum(tmp_path):
+    """A checkpoint carries the casing model of lowercased data as it carries the SentencePiece model: bytes in its
+    vocabulary, covered by its checksum, rebuilt on loading with no need of the data directory."""
+    from rpr_mt.text import casing
+
+    fixture = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    data = tmp_path / "data"
+    data.mkdir()
+    (data / "spm.model").write_bytes(fixture["vocab"]["spm_model"].numpy().tobytes())
+    assert "casing_model" not in ckpt.vocab_payload(data / "spm.model")  # data that keeps its case: none
+    assert vocab_from_payload(fixture["vocab"], "old.pt").casing is None
+    model = casing.Casing("de", {"mann": "Mann"})
+    casing.save(model, data / casing.FILE_NAME)
+    payload = ckpt.vocab_payload(data / "spm.model")
+    assert payload["casing_model"].numpy().tobytes() == (data / casing.FILE_NAME).read_bytes()
+    saved = tmp_path / "with_casing.pt"
+    ckpt.save_checkpoint({**fixture, "vocab": payload}, saved)
+    (data / casing.FILE_NAME).unlink()
+    assert vocab_from_payload(ckpt.load_checkpoint(saved)["vocab"], saved).casing == model
+    assert ckpt.content_checksum({**fixture, "vocab": payload}) != ckpt.content_checksum(fixture)
+
+    broken = {**payload, "casing_model": torch.frombuffer(bytearray(b"{not json"), dtype=torch.uint8)}
+    with pytest.raises(UserError, match=r"^checkpoint old\.pt: its casing model is broken \(casing\.json: not a "):
+        vocab_from_payload(broken, "old.pt")

@@ -10,11 +10,14 @@ import os
 import random
 import re
 from pathlib import Path
-from typing import Iterable, Sequence
+from typing import TYPE_CHECKING, Iterable, Sequence
 
 import sentencepiece as spm
 
 from rpr_mt.errors import UserError
+
+if TYPE_CHECKING:
+    from rpr_mt.text.casing import Casing
 
 PAD_ID, UNK_ID, BOS_ID, EOS_ID = 0, 1, 2, 3
 MODEL_FILE = "spm.model"
@@ -117,6 +120,8 @@ class Vocab:
         self.size: int = processor.get_piece_size()
         self.pad_id, self.unk_id, self.bos_id, self.eos_id = PAD_ID, UNK_ID, BOS_ID, EOS_ID
         self._fingerprint: str | None = None
+        # how to case the words of lowercased output (data.multi30k_text: tok), when the checkpoint or data has it
+        self.casing: Casing | None = None
 
     @classmethod
     def load(cls, path: str | Path) -> "Vocab":

@@ -5,15 +5,17 @@ capital letter or a full stop attached to a word, and on raw sentences it transl
 raw as the dataset's ``task1-tokenize.sh`` would have made them, and leaves the lines that already look tokenized
 alone: tokenizing tokenized text again is not a no-op (``d&apos; une`` becomes ``d &apos; une``). The translations
 of the lines it tokenized are detokenized back (``detokenize_multi30k``), so raw text in gives plain text out, in
-lowercase; so are those of lines that look neither way (lowercase words, no punctuation) unless their window holds
+lowercase unless a casing model recases it (``rpr_mt.text.casing``: learned at ``prepare`` from the raw training
+text, kept with the data and the checkpoint); so are those of lines that look neither way (lowercase words, no punctuation) unless their window holds
 tokenized text (``plain_text_lines``)."""
 
 from __future__ import annotations
 
-from typing import Container, Iterable, Iterator
+from typing import Container, Iterable, Iterator, Optional
 
 # They live with the scoring, which applies the same choice to hypotheses and references (rpr_mt.evaluate.score).
 from rpr_mt.evaluate import detokenize_multi30k, looks_tokenized, looks_untokenized, tokenize_untokenized
+from rpr_mt.text.casing import Casing
 
 __all__ = ["detokenize_multi30k", "detokenize_outputs", "looks_untokenized", "plain_text_lines", "tokenize_untokenized"]
 
@@ -37,17 +39,23 @@ def plain_text_lines(lines: list[str], tokenized: list[int], tokenized_before: b
     return [i for i, line in enumerate(lines) if line.strip()], False
 
 
-def detokenize_outputs(outputs: Iterable[str], tokenized: Container[int], nbest: int, lang: str) -> Iterator[str]:
+def detokenize_outputs(outputs: Iterable[str], tokenized: Container[int], nbest: int, lang: str,
+                       casing: Optional[Casing] = None) -> Iterator[str]:
     """Translate's output lines (``rpr_mt.decode.translate``'s format) with the translations of the input lines
-    numbered in ``tokenized`` (0-based; those ``tokenize_untokenized`` changed) detokenized back: raw text in, plain
-    text out. Lazily: ``tokenized`` may still be filling as the input is read, ahead of each output. With nbest > 1 an
-    entry's first field is its input line's number; otherwise the outputs are the input lines' one by one."""
+    numbered in ``tokenized`` (0-based; those ``tokenize_untokenized`` changed) detokenized back, and recased first
+    with ``casing`` when given: raw text in, plain (cased) text out. Lazily: ``tokenized`` may still be filling as the
+    input is read, ahead of each output. With nbest > 1 an entry's first field is its input line's number; otherwise
+    the outputs are the input lines' one by one."""
+
+    def plain(text: str) -> str:
+        return detokenize_multi30k([casing.recase(text) if casing is not None else text], lang)[0]
+
     for position, output in enumerate(outputs):
         if nbest == 1:
             if position in tokenized:
-                output = detokenize_multi30k([output], lang)[0]
+                output = plain(output)
         else:
             index, score, text = output.split("\t", 2)
             if int(index) in tokenized:
-                output = f"{index}\t{score}\t{detokenize_multi30k([text], lang)[0]}"
+                output = f"{index}\t{score}\t{plain(text)}"
         yield output
