@@ -504,7 +504,7 @@ def eval_bleu(
     BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.config import is_pretokenized
-    from rpr_mt.evaluate import format_scores, language_from_path, score
+    from rpr_mt.evaluate import format_scores, language_from_path, recased_scores, score
     from rpr_mt.languages import ISO_639_1
 
     if lang is not None and lang not in ISO_639_1:  # the tokenized BLEU's Moses rules fall back silently on unknown codes
@@ -590,6 +590,8 @@ def eval_bleu(
                     "sacreBLEU and chrF compare the tokenized translations with the raw reference")
     scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
                    ref_name=str(ref))
+    if checkpoint is not None and is_pretokenized(cfg.data) and vocab.casing and reads_as_raw(references):
+        scores.update(recased_scores(hypotheses, references, lang or "", vocab.casing))  # the comparable sacreBLEU
     from rpr_mt.evaluate import reads_as_tokenized
 
     if checkpoint is None and not pretokenized and reads_as_tokenized(hypotheses) and reads_as_tokenized(references):

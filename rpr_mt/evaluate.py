@@ -27,6 +27,7 @@ from sacremoses import MosesDetokenizer, MosesPunctNormalizer, MosesTokenizer
 
 from rpr_mt.errors import UserError
 from rpr_mt.languages import ISO_639_1
+from rpr_mt.text.casing import Casing
 
 # tensor2tensor's compound splitting. ``re.ASCII`` makes ``\S`` mean "not ASCII whitespace", like Perl's ``\S`` on
 # the undecoded UTF-8 bytes that ``perl -ple`` sees (so e.g. a no-break space counts as non-space in both).
@@ -241,6 +242,18 @@ def score(
     }
 
 
+def recased_scores(hypotheses: list[str], references: list[str], lang: str, casing: Casing) -> dict[str, Any]:
+    """Cased sacreBLEU and chrF of a lowercased-text model's translations (Multi30k's tok/ form) against raw, cased
+    references, once detokenized and recased as ``translate`` gives them for raw input: the number comparable with
+    other systems' sacreBLEU, which the lowercased form loses wherever the reference capitalises. Returns
+    ``{"recased_sacrebleu", "recased_sacrebleu_signature", "recased_chrf"}``."""
+    plain = detokenize_multi30k([casing.recase(line) for line in hypotheses], lang)
+    bleu, chrf = BLEU(), CHRF()
+    return {"recased_sacrebleu": min(bleu.corpus_score(plain, [references]).score, 100.0),
+            "recased_sacrebleu_signature": str(bleu.get_signature()),
+            "recased_chrf": min(chrf.corpus_score(plain, [references]).score, 100.0)}
+
+
 def format_scores(scores: dict[str, Any], as_json: bool = False) -> str:
     """One JSON object (``as_json``), or a small human-readable table."""
     if as_json:
@@ -251,5 +264,8 @@ def format_scores(scores: dict[str, Any], as_json: bool = False) -> str:
         f"tok. BLEU, compound split {scores['tok_bleu_compound_split']:6.2f}  {scores['tok_bleu_description']}",
         f"Multi30k lit. BLEU        {scores['lc_tok_bleu']:6.2f}  {scores['lc_tok_bleu_signature']}; "
         f"{scores['lc_tok_bleu_description']}",
+        *([f"sacreBLEU, recased        {scores['recased_sacrebleu']:6.2f}  {scores['recased_sacrebleu_signature']}; "
+           f"chrF {scores['recased_chrf']:.2f}; the translations detokenized and recased with the training data's "
+           "casing model, as translate gives them for raw text"] if "recased_sacrebleu" in scores else []),
         f"({scores['lines']} lines; {scores['sacrebleu_detail']})",
     ])

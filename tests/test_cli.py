@@ -1034,3 +1034,38 @@ def test_an_old_tok_checkpoint_takes_the_casing_model_of_its_data_or_says_it_has
     result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out))
     assert result.exit_code == 0, result.output
     assert out.read_text(encoding="utf-8") == "Ein Hund.\n" and "recased" in result.output
+
+
+def test_eval_bleu_of_a_tok_model_with_a_casing_model_reports_recased_sacrebleu_against_a_raw_reference(
+        tmp_path, monkeypatch):
+    """Against the raw reference, sacreBLEU of the tokenized, lowercased translations says nothing of a system that
+    answers raw text cased: eval-bleu adds the sacreBLEU of the translations as translate gives them for raw text
+    (detokenized and recased), beside the literature BLEU; against the tokenized reference there is no such line."""
+    from rpr_mt.decode import translate
+
+    payload = ckpt.load_checkpoint(Path(__file__).parent / "model" / "fixtures" / "old_shaw_per_head.pt")
+    data = tmp_path / "data"
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de", output_dir=str(data))
+    model = tmp_path / "tok_model.pt"
+    ckpt.save_checkpoint(_with_casing(payload, {"kind": "Kind", "nummer": "Nummer", "ski": "Ski", "hunde": "Hunde"}),
+                         model)
+    data.mkdir()
+    (data / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}))
+    tokenized = ["ein kind mit der nummer &quot; 93 &quot; fährt ski ."] + [f"{i} hunde spielen ." for i in range(10)]
+    (data / "test.en").write_text("".join(f"source {i} .\n" for i in range(len(tokenized))))
+    (data / "test.de").write_text("\n".join(tokenized) + "\n")
+    raw = tmp_path / "test.de"
+    raw.write_text('Ein Kind mit der Nummer "93" fährt Ski.\n' + "".join(f"{i} Hunde spielen.\n" for i in range(10)))
+    monkeypatch.setattr(translate, "translate_lines", lambda *args, **kwargs: list(tokenized))
+    result = run("eval-bleu", "--checkpoint", str(model), "--ref", str(raw), "--json")
+    assert result.exit_code == 0, result.output
+    scores = json.loads(result.output.splitlines()[-1])
+    assert scores["lc_tok_bleu"] == pytest.approx(100.0) and scores["sacrebleu"] < 50
+    assert scores["recased_sacrebleu"] == pytest.approx(100.0) and scores["recased_chrf"] == pytest.approx(100.0)
+    result = run("eval-bleu", "--checkpoint", str(model), "--ref", str(raw))
+    assert result.exit_code == 0, result.output
+    assert re.search(r"^sacreBLEU, recased +100\.00 ", result.output, re.M)
+    result = run("eval-bleu", "--checkpoint", str(model), "--json")  # the split's own tokenized reference
+    assert result.exit_code == 0, result.output
+    assert "recased_sacrebleu" not in json.loads(result.output.splitlines()[-1])

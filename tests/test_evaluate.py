@@ -188,3 +188,20 @@ def test_the_datasets_files_read_as_what_they_are(multi30k_dir, split, lang):
     tok, raw = lines("tok", f"{split}.{lang}.gz"), lines(f"{split}.{lang}.gz")
     assert reads_as_tokenized(tok) and not reads_as_raw(tok)
     assert reads_as_raw(raw) and not reads_as_tokenized(raw)
+
+
+def test_recased_scores_are_sacrebleu_of_the_detokenized_recased_translations() -> None:
+    from rpr_mt.evaluate import recased_scores
+    from rpr_mt.text.casing import Casing
+
+    hypotheses = ["ein mann mit &quot; hut &quot; .", "zwei hunde spielen im park ."]
+    references = ['Ein Mann mit "Hut".', "Zwei Hunde spielen im Garten."]
+    recased = ['Ein Mann mit "Hut".', "Zwei Hunde spielen im Park."]
+    scores = recased_scores(hypotheses, references, "de", Casing("de", {"mann": "Mann", "hut": "Hut",
+                                                                         "hunde": "Hunde", "park": "Park"}))
+    assert scores["recased_sacrebleu"] == pytest.approx(sacrebleu.corpus_bleu(recased, [references]).score)
+    assert scores["recased_chrf"] == pytest.approx(sacrebleu.corpus_chrf(recased, [references]).score)
+    assert "case:mixed" in scores["recased_sacrebleu_signature"]
+    text = format_scores({**score(hypotheses, references, lang="de"), **scores})
+    assert f"sacreBLEU, recased        {scores['recased_sacrebleu']:6.2f}" in text
+    assert "recased" not in format_scores(score(hypotheses, references, lang="de"))
