@@ -60,6 +60,8 @@ CASES = [
      "error: checkpoint not found: {tmp}/missing.pt"),
     ("bench_split.py", ["--checkpoint", "{tmp}/missing.pt", "--input", "{tmp}/in.txt", "--threads", "1"],
      "error: checkpoint not found: {tmp}/missing.pt"),
+    ("bench_recase.py", ["--multi30k-dir", "{tmp}", "--langs", "de"], "error: {tmp}/train.de.gz not found"),
+    ("bench_recase.py", ["--langs", "xx"], "argument --langs: invalid choice: 'xx'"),
     ("probe_heap.py", ["--every", "0", "--", "--version"], "argument --every: must be a finite number > 0 (got 0)"),
     ("probe_heap.py", ["--trim"], "give the rpr-mt command to run after --"),
 ]
