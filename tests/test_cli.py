@@ -1069,3 +1069,50 @@ def test_eval_bleu_of_a_tok_model_with_a_casing_model_reports_recased_sacrebleu_
     result = run("eval-bleu", "--checkpoint", str(model), "--json")  # the split's own tokenized reference
     assert result.exit_code == 0, result.output
     assert "recased_sacrebleu" not in json.loads(result.output.splitlines()[-1])
+
+
+def test_a_tiny_model_trained_on_lowercased_multi30k_answers_raw_text_recased(tmp_path):
+    """End to end: prepare learns the casing model, training puts it into the checkpoint, and translate of raw text
+    gives the model's tokenized output recased and detokenized (--no-recase: detokenized only), whatever the
+    prepared data holds by then."""
+    import shutil
+
+    from rpr_mt.config import config_from_dict
+    from rpr_mt.data.prepare import prepare
+    from rpr_mt.evaluate import detokenize_multi30k
+    from rpr_mt.text import casing
+    from rpr_mt.train.trainer import train
+    from tests.data import multi30k_tok_corpus
+
+    data = multi30k_tok_corpus(tmp_path / "m30k")
+    prepare(data, progress=False)
+    cfg = config_from_dict({
+        "data": {"source": "multi30k", "multi30k_dir": data.multi30k_dir, "multi30k_text": "tok",
+                 "output_dir": data.output_dir, "vocab_size": 80},
+        "model": {"d_model": 32, "n_heads": 4, "encoder_layers": 1, "decoder_layers": 1, "ff_dim": 64, "dropout": 0.0,
+                  "clip": 4, "max_positions": 64},
+        "train": {"run_dir": str(tmp_path / "run"), "max_tokens": 400, "max_steps": 40, "log_every": 40,
+                  "save_every": 40, "validate_every": 1000, "valid_bleu": False, "peak_lr": 5e-3, "warmup_steps": 5,
+                  "label_smoothing": 0.0, "num_threads": 1, "seed": 3},
+        "decode": {"beam_size": 2},
+    })
+    train(cfg, progress=False)
+    checkpoint = ckpt.list_step_checkpoints(tmp_path / "run")[-1]
+    model = casing.load(Path(data.output_dir) / casing.FILE_NAME)
+    assert ckpt.load_checkpoint(checkpoint)["vocab"]["casing_model"].numpy().tobytes() == \
+        (Path(data.output_dir) / casing.FILE_NAME).read_bytes()
+    shutil.rmtree(data.output_dir)  # the checkpoint carries what translate needs
+
+    src = tmp_path / "in.en"
+    src.write_text("A dog runs in the park.\nThe old man reads a book.\n", encoding="utf-8")
+    outputs = {}
+    for option in ("--recase", "--no-recase", "--no-detokenize"):
+        out = tmp_path / f"out{option}.de"
+        result = run("translate", "--checkpoint", str(checkpoint), "-i", str(src), "-o", str(out), option)
+        assert result.exit_code == 0, result.output
+        outputs[option] = out.read_text(encoding="utf-8").splitlines()
+    tokenized = outputs["--no-detokenize"]
+    assert any(line.strip() for line in tokenized) and all(line == line.lower() for line in tokenized)
+    assert outputs["--no-recase"] == detokenize_multi30k(tokenized, "de")
+    assert outputs["--recase"] == detokenize_multi30k([model.recase(line) for line in tokenized], "de")
+    assert outputs["--recase"] != outputs["--no-recase"]  # each line's first letter at least

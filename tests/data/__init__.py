@@ -60,3 +60,22 @@ def small_parallel(tmp_path: Path, *, repeat: int = 10, gz: bool = False) -> dic
         "train": SplitFiles(src=str(src_train), tgt=str(tgt_train)),
         "dev": SplitFiles(src=str(src_dev), tgt=str(tgt_dev)),
     }
+
+
+CASED_DE = ["Ein Hund rennt im Park.", "Die Katze sitzt auf der Matte.", "Zwei Männer spielen Fußball in Berlin.",
+            "Der alte Mann liest ein Buch im Park.", "Ein Kind lacht über den Clown.", "Vögel singen am Morgen."]
+CASED_EN = ["A dog runs in the park.", "The cat sits on the mat.", "Two men play soccer in Berlin.",
+            "The old man reads a book in the park.", "A child laughs at the clown.", "Birds sing in the morning."]
+
+
+def multi30k_tok_corpus(root: Path) -> DataConfig:
+    """Multi30k's layout in miniature: raw files and tok/ files made from them by the dataset's script."""
+    from rpr_mt.evaluate import lowercase_normalize_tokenize
+
+    (root / "tok").mkdir(parents=True)
+    for prefix, n in (("train", 10), ("val", 1), ("test_2016_flickr", 1)):
+        for lang, lines in (("en", CASED_EN * n), ("de", CASED_DE * n)):
+            write_lines(root / f"{prefix}.{lang}.gz", lines)
+            write_lines(root / "tok" / f"{prefix}.{lang}.gz", lowercase_normalize_tokenize(lines, lang))
+    return DataConfig(source="multi30k", multi30k_dir=str(root), multi30k_text="tok", vocab_size=80,
+                      output_dir=str(root.parent / "prepared"))

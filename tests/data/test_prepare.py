@@ -18,7 +18,8 @@ from rpr_mt.data.prepare import MANIFEST, check_prepared, config_hash, prepare, 
     settings_changed_since_prepared
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
-from tests.data import SENTENCES_DE, SENTENCES_EN, demo_config, files_config, small_parallel, write_lines
+from tests.data import CASED_DE, SENTENCES_DE, SENTENCES_EN, demo_config, files_config, multi30k_tok_corpus, \
+    small_parallel, write_lines
 
 LAYOUT = {f"{split}.{side}.{kind}.npy" for split in ("train", "dev", "test") for side in ("src", "tgt")
           for kind in ("ids", "offsets")}
@@ -515,29 +516,10 @@ def test_a_bad_input_is_one_error_with_no_preparing_line_before_it(tmp_path, cap
 # The casing model of lowercased text
 # ------------------------------------------------------------------------------------------------------------------
 
-CASED_DE = ["Ein Hund rennt im Park.", "Die Katze sitzt auf der Matte.", "Zwei Männer spielen Fußball in Berlin.",
-            "Der alte Mann liest ein Buch im Park.", "Ein Kind lacht über den Clown.", "Vögel singen am Morgen."]
-CASED_EN = ["A dog runs in the park.", "The cat sits on the mat.", "Two men play soccer in Berlin.",
-            "The old man reads a book in the park.", "A child laughs at the clown.", "Birds sing in the morning."]
-
-
-def _multi30k_tok_corpus(root: Path) -> DataConfig:
-    """Multi30k's layout in miniature: raw files and tok/ files made from them by the dataset's script."""
-    from rpr_mt.evaluate import lowercase_normalize_tokenize
-
-    (root / "tok").mkdir(parents=True)
-    for prefix, n in (("train", 10), ("val", 1), ("test_2016_flickr", 1)):
-        for lang, lines in (("en", CASED_EN * n), ("de", CASED_DE * n)):
-            write_lines(root / f"{prefix}.{lang}.gz", lines)
-            write_lines(root / "tok" / f"{prefix}.{lang}.gz", lowercase_normalize_tokenize(lines, lang))
-    return DataConfig(source="multi30k", multi30k_dir=str(root), multi30k_text="tok", vocab_size=80,
-                      output_dir=str(root.parent / "prepared"))
-
-
 def test_lowercased_text_gets_a_casing_model_learned_from_the_raw_training_text(tmp_path):
     from rpr_mt.text import casing
 
-    config = _multi30k_tok_corpus(tmp_path / "m30k")
+    config = multi30k_tok_corpus(tmp_path / "m30k")
     out = prepare(config, progress=False)
     manifest = read_manifest(out)
     assert casing.FILE_NAME in manifest["files"]
@@ -561,7 +543,7 @@ def test_lowercased_text_gets_a_casing_model_learned_from_the_raw_training_text(
 def test_data_prepared_without_a_casing_model_gets_one_without_being_prepared_again(tmp_path, caplog):
     from rpr_mt.text import casing
 
-    config = _multi30k_tok_corpus(tmp_path / "m30k")
+    config = multi30k_tok_corpus(tmp_path / "m30k")
     out = prepare(config, progress=False)
     learned = (out / casing.FILE_NAME).read_bytes()
     # as data prepared before casing models: no file, no manifest entry
@@ -588,7 +570,7 @@ def test_data_prepared_without_a_casing_model_gets_one_without_being_prepared_ag
 def test_a_missing_or_misaligned_raw_training_file_leaves_no_casing_model_and_says_so(tmp_path, caplog):
     from rpr_mt.text import casing
 
-    config = _multi30k_tok_corpus(tmp_path / "m30k")
+    config = multi30k_tok_corpus(tmp_path / "m30k")
     (tmp_path / "m30k" / "train.de.gz").unlink()
     with caplog.at_level(logging.WARNING, logger="rpr_mt.data.prepare"):
         out = prepare(config, progress=False)
@@ -596,8 +578,8 @@ def test_a_missing_or_misaligned_raw_training_file_leaves_no_casing_model_and_sa
     assert not (out / casing.FILE_NAME).exists() and "casing" not in read_manifest(out)
 
     caplog.clear()
-    write_lines(tmp_path / "m30k" / "train.de.gz", CASED_DE * 3)
+    write_lines(tmp_path / "m30k" / "train.de.gz", CASED_DE[:3])
     with caplog.at_level(logging.WARNING, logger="rpr_mt.data.prepare"):
         prepare(config, progress=False)  # up to date; the casing model is tried again
-    assert "has 18 lines, the tokenized training text 60" in caplog.text
+    assert "has 3 lines, the tokenized training text 60" in caplog.text
     assert not (out / casing.FILE_NAME).exists()
