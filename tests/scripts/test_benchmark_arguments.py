@@ -62,6 +62,9 @@ CASES = [
      "error: checkpoint not found: {tmp}/missing.pt"),
     ("bench_recase.py", ["--multi30k-dir", "{tmp}", "--langs", "de"], "error: {tmp}/train.de.gz not found"),
     ("bench_recase.py", ["--langs", "xx"], "argument --langs: invalid choice: 'xx'"),
+    ("bench_recase.py", ["--hyp", "xx:test.hyp"], "argument --hyp: expected LANG:FILE with LANG one of en, de, fr"),
+    ("bench_recase.py", ["--multi30k-dir", "{tmp}", "--langs", "fr", "--hyp", "de:{tmp}/t.hyp"],
+     "error: {tmp}/train.fr.gz not found"),
     ("probe_heap.py", ["--every", "0", "--", "--version"], "argument --every: must be a finite number > 0 (got 0)"),
     ("probe_heap.py", ["--trim"], "give the rpr-mt command to run after --"),
 ]
