@@ -590,7 +590,7 @@ def eval_bleu(
                     "sacreBLEU and chrF compare the tokenized translations with the raw reference")
     scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
                    ref_name=str(ref))
-    if checkpoint is not None and is_pretokenized(cfg.data) and vocab.casing and reads_as_raw(references):
+    if checkpoint is not None and is_pretokenized(cfg.data) and vocab.casing is not None and reads_as_raw(references):
         scores.update(recased_scores(hypotheses, references, lang or "", vocab.casing))  # the comparable sacreBLEU
     from rpr_mt.evaluate import reads_as_tokenized
 
