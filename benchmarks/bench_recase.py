@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
 
     root = Path(args.multi30k_dir)
     for lang in args.langs:
-        for path in (root / f"train.{lang}.gz", root / f"{args.split}.{lang}.gz", root / "tok" / f"{args.split}.{lang}.gz"):
+        for path in (root / f"train.{lang}.gz", root / f"{args.split}.{lang}.gz",
+                     root / "tok" / f"{args.split}.{lang}.gz"):
             if not path.is_file():
                 raise UserError(f"{path} not found (--multi30k-dir {root}: Multi30k's raw files and their tok/ "
                                 "directory)")
@@ -84,7 +85,8 @@ def main(argv: list[str] | None = None) -> int:
             lowercase = detokenize_multi30k(tokenized, lang)
             recased = detokenize_multi30k([model.recase(line) for line in tokenized], lang)
             bleu, chrf = BLEU(), CHRF()
-            print(f"{lang:4}  {name[-30:]:30}  {literature:>9.2f}  {bleu.corpus_score(lowercase, [reference]).score:>14.2f}  "
+            print(f"{lang:4}  {name[-30:]:30}  {literature:>9.2f}  "
+                  f"{bleu.corpus_score(lowercase, [reference]).score:>14.2f}  "
                   f"{bleu.corpus_score(recased, [reference]).score:>12.2f}  "
                   f"{chrf.corpus_score(lowercase, [reference]).score:>14.2f}  "
                   f"{chrf.corpus_score(recased, [reference]).score:>12.2f}  "

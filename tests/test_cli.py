@@ -1021,10 +1021,12 @@ def test_an_old_tok_checkpoint_takes_the_casing_model_of_its_data_or_says_it_has
     model = tmp_path / "tok_model.pt"
     ckpt.save_checkpoint(payload, model)
     data.mkdir()
-    (data / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}))
+    manifest = {"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}
+    (data / "manifest.json").write_text(json.dumps(manifest))
     src = tmp_path / "in.en"
     src.write_text("A dog.\n", encoding="utf-8")
-    monkeypatch.setattr(translate, "iter_translations", lambda model, vocab, lines, **kwargs: ("ein hund ." for _ in lines))
+    monkeypatch.setattr(translate, "iter_translations",
+                        lambda model, vocab, lines, **kwargs: ("ein hund ." for _ in lines))
     out = tmp_path / "out.de"
     result = run("translate", "--checkpoint", str(model), "-i", str(src), "-o", str(out))
     assert result.exit_code == 0, result.output
@@ -1051,7 +1053,8 @@ def test_eval_bleu_of_a_tok_model_with_a_casing_model_reports_recased_sacrebleu_
     ckpt.save_checkpoint(_with_casing(payload, {"kind": "Kind", "nummer": "Nummer", "ski": "Ski", "hunde": "Hunde"}),
                          model)
     data.mkdir()
-    (data / "manifest.json").write_text(json.dumps({"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}))
+    manifest = {"sentencepiece": {"model_sha256": payload["vocab"]["fingerprint"]}}
+    (data / "manifest.json").write_text(json.dumps(manifest))
     tokenized = ["ein kind mit der nummer &quot; 93 &quot; fährt ski ."] + [f"{i} hunde spielen ." for i in range(10)]
     (data / "test.en").write_text("".join(f"source {i} .\n" for i in range(len(tokenized))))
     (data / "test.de").write_text("\n".join(tokenized) + "\n")

@@ -4,10 +4,10 @@ capital letter or a full stop attached to a word, and on raw sentences it transl
 30.1 against 42.5 on the same 50 test sentences, raw against tokenized). ``translate`` gives it the lines that look
 raw as the dataset's ``task1-tokenize.sh`` would have made them, and leaves the lines that already look tokenized
 alone: tokenizing tokenized text again is not a no-op (``d&apos; une`` becomes ``d &apos; une``). The translations
-of the lines it tokenized are detokenized back (``detokenize_multi30k``), so raw text in gives plain text out, in
-lowercase unless a casing model recases it (``rpr_mt.text.casing``: learned at ``prepare`` from the raw training
-text, kept with the data and the checkpoint); so are those of lines that look neither way (lowercase words, no punctuation) unless their window holds
-tokenized text (``plain_text_lines``)."""
+of the lines it tokenized are detokenized back (``detokenize_multi30k``), so raw text in gives plain text out,
+recased where a casing model is at hand (``rpr_mt.text.casing``: learned at ``prepare`` from the raw training text,
+kept with the data and the checkpoint), else in lowercase; so are those of lines that look neither way (lowercase
+words, no punctuation) unless their window holds tokenized text (``plain_text_lines``)."""
 
 from __future__ import annotations
 
