@@ -475,19 +475,21 @@ def _add_missing_casing(config: DataConfig, out: Path) -> None:
     manifest = read_manifest(out)
     if casing_source(config) is None or "casing" in manifest:
         return
-    entry = _learn_casing(config, out, manifest.get("inputs", {}))
-    if entry is None:
-        return
-    manifest["casing"] = entry
-    manifest["files"] = sorted(set(manifest.get("files", [])) | {casing.FILE_NAME})
-    manifest.setdefault("checksums", {})[casing.FILE_NAME] = binarize.file_checksum(out / casing.FILE_NAME)
     tmp = out / f".{MANIFEST}.tmp-{os.getpid()}"
     try:
+        entry = _learn_casing(config, out, manifest.get("inputs", {}))
+        if entry is None:
+            return
+        manifest["casing"] = entry
+        manifest["files"] = sorted(set(manifest.get("files", [])) | {casing.FILE_NAME})
+        manifest.setdefault("checksums", {})[casing.FILE_NAME] = binarize.file_checksum(out / casing.FILE_NAME)
         tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, out / MANIFEST)
-    except BaseException:
+    except OSError as exc:  # a read-only copy of the data: it stays usable as it is, its translations lowercase
         tmp.unlink(missing_ok=True)
-        raise
+        log.warning("warning: cannot add the casing model to %s (%s); translations of raw text stay lowercase",
+                    out, exc.strerror or exc)
+        return
     log.info("added the casing model %s to %s", casing.FILE_NAME, out)
 
 

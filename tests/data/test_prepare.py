@@ -583,3 +583,23 @@ def test_a_missing_or_misaligned_raw_training_file_leaves_no_casing_model_and_sa
         prepare(config, progress=False)  # up to date; the casing model is tried again
     assert "has 3 lines, the tokenized training text 60" in caplog.text
     assert not (out / casing.FILE_NAME).exists()
+
+
+def test_a_data_directory_the_casing_model_cannot_be_added_to_stays_usable(tmp_path, monkeypatch, caplog):
+    from rpr_mt.text import casing
+
+    config = multi30k_tok_corpus(tmp_path / "m30k")
+    out = prepare(config, progress=False)
+    manifest = read_manifest(out)
+    del manifest["casing"]  # as data prepared before casing models
+    (out / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
+    manifest_before = (out / MANIFEST).read_text(encoding="utf-8")
+
+    def read_only(*args, **kwargs):
+        raise PermissionError(13, "Permission denied")
+
+    monkeypatch.setattr(casing, "save", read_only)
+    with caplog.at_level(logging.WARNING, logger="rpr_mt.data.prepare"):
+        assert prepare(config, progress=False) == out
+    assert f"cannot add the casing model to {out} (Permission denied)" in caplog.text
+    assert (out / MANIFEST).read_text(encoding="utf-8") == manifest_before
