@@ -555,6 +555,7 @@ def test_data_prepared_without_a_casing_model_gets_one_without_being_prepared_ag
     assert check_prepared(config) is None  # up to date: nothing it needs is missing
     before = _snapshot(out)
 
+    caplog.clear()
     with caplog.at_level(logging.INFO, logger="rpr_mt.data.prepare"):
         prepare(config, progress=False)
     assert "added the casing model" in caplog.text and "preparing" not in caplog.text
