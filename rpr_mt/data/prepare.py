@@ -391,6 +391,8 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any],
         if not path.is_file():
             if multi30k.downloadable(path, recorded[role].get("sha256")):  # a cleared cache: the download gives it back
                 continue
+            if recorded[role].get("path") not in (None, str(path.resolve())):  # read from elsewhere (a Multi30k copy)
+                return f"the {role} input is now {path}, which is missing (it was {recorded[role]['path']})"
             return f"input {path} is missing"
         before, stat = recorded[role], path.stat()
         same_stat = (before.get("path") == str(path.resolve()) and before.get("size") == stat.st_size
