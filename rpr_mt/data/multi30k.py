@@ -249,12 +249,12 @@ def _fetch(where: Location, name: str, progress: bool) -> Path:
     try:
         with os.fdopen(fd, "wb") as out:
             give_new_file_mode(out.fileno())
-            got, digest = _download(url, out, size, progress)
+            got, digest, announced = _download(url, out, size, progress)
             out.flush()
             os.fsync(out.fileno())  # the bytes are on disk before the name says they are the file
-        if got < size:
-            raise UserError(f"the download of {url} stopped after {got:,} of {size:,} bytes (the connection closed "
-                            "early); nothing of it was kept: run again")
+        if got < (announced or size):  # less than the server said it sends (a shorter file is another file)
+            raise UserError(f"the download of {url} stopped after {got:,} of {announced or size:,} bytes (the "
+                            "connection closed early); nothing of it was kept: run again")
         if digest != sha256:
             raise UserError(f"{url} does not match the SHA-256 pinned for {name} at Multi30k commit {COMMIT[:12]} "
                             f"(got {digest[:16]}..., {got:,} bytes): not cached; a mirror ({URL_ENV}) must serve "
@@ -268,9 +268,9 @@ def _fetch(where: Location, name: str, progress: bool) -> Path:
     return target
 
 
-def _download(url: str, out: BinaryIO, size: int, progress: bool) -> tuple[int, str]:
-    """Stream ``url`` into ``out``: (bytes received, their SHA-256). A failure to connect says where a local copy
-    goes; one mid-body says the download was cut."""
+def _download(url: str, out: BinaryIO, size: int, progress: bool) -> tuple[int, str, Optional[int]]:
+    """Stream ``url`` into ``out``: (bytes received, their SHA-256, the size the server announced, if it did). A
+    failure to connect says where a local copy goes; one mid-body says the download was cut."""
     try:
         response = urllib.request.urlopen(url, timeout=TIMEOUT_S)  # noqa: S310 - http(s) or a file:// mirror
     except urllib.error.HTTPError as exc:
@@ -280,6 +280,8 @@ def _download(url: str, out: BinaryIO, size: int, progress: bool) -> tuple[int, 
         reason = getattr(exc, "reason", None) or exc
         raise UserError(f"cannot download Multi30k from {url} ({reason}); {LOCAL_COPY}") from None
     digest, got = hashlib.sha256(), 0
+    length = response.headers.get("Content-Length")
+    announced = int(length) if length and length.isdigit() else None
     with response, tqdm(total=size, desc=f"downloading {url.rsplit('/', 1)[-1]}", unit="B", unit_scale=True,
                         leave=False, disable=not progress) as bar:
         while True:
@@ -289,7 +291,7 @@ def _download(url: str, out: BinaryIO, size: int, progress: bool) -> tuple[int, 
                 raise UserError(f"the download of {url} stopped after {got:,} of {size:,} bytes "
                                 f"({type(exc).__name__}: {exc}); nothing of it was kept: run again") from None
             if not chunk:
-                return got, digest.hexdigest()
+                return got, digest.hexdigest(), announced
             digest.update(chunk)
             out.write(chunk)
             got += len(chunk)

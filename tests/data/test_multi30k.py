@@ -250,3 +250,23 @@ def test_data_prepared_from_a_local_copy_and_a_config_that_names_none(multi30k_d
     monkeypatch.setenv(multi30k.DIR_ENV, str(multi30k_dir))
     assert check_prepared(config) is None
     assert cached_files(cache) == []
+
+
+def test_a_mirror_on_disk_serving_a_shorter_file_is_a_checksum_mismatch_not_a_cut(mirror, cache, tmp_path,
+                                                                                  monkeypatch):
+    """A file:// mirror works as an http one; a file that arrives whole but shorter than the pinned one is another
+    file, not an interrupted download (which a run again would not mend)."""
+    copy = tmp_path / "copy"
+    for name in TOK_EN_DE:
+        (copy / name).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(mirror / name, copy / name)
+    short = copy / "data/task1/tok/val.lc.norm.tok.de"
+    short.write_bytes(short.read_bytes()[:-100])
+    monkeypatch.setenv(multi30k.URL_ENV, copy.as_uri())
+    config = DataConfig(source="multi30k", src_lang="en", tgt_lang="de", multi30k_text="tok")
+    with pytest.raises(UserError, match=r"val\.lc\.norm\.tok\.de does not match the SHA-256 pinned for .*77,173 "
+                                        r"bytes\): not cached"):
+        sources.open_corpus(config)
+    short.write_bytes((mirror / "data/task1/tok/val.lc.norm.tok.de").read_bytes())
+    assert sources.open_corpus(config).splits["dev"].total == 1014
+    assert cached_files(cache) == sorted(TOK_EN_DE)
