@@ -57,9 +57,12 @@ class DataConfig:
     tgt_lang: str = "de"  # target language code
     output_dir: str = "data/demo"  # prepared data (SentencePiece model, id arrays, manifest) goes here
     splits: dict[str, SplitFiles] = field(default_factory=dict)  # source=files: train/dev/test files
-    multi30k_dir: Optional[str] = None  # source=multi30k: local dir with {train,val,test_2016_flickr}.{lang}.gz
+    # source=multi30k: a local copy, {train,val,test_2016_flickr}.{lang}.gz with tok/ beside them, or the dataset's
+    # own data/task1/ layout; unset: $RPR_MT_MULTI30K_DIR, else the files are downloaded (pinned commit, SHA-256
+    # checked) into $XDG_CACHE_HOME/rpr-mt/multi30k (~/.cache/rpr-mt/multi30k); $RPR_MT_MULTI30K_URL names a mirror
+    multi30k_dir: Optional[str] = None
     # source=multi30k: raw (cased, untokenized) or tok: the dataset's own lowercased, punctuation-normalized,
-    # Moses-tokenized files in multi30k_dir/tok/, which the Multi30k literature trains and scores on
+    # Moses-tokenized files (tok/, or data/task1/tok/), which the Multi30k literature trains and scores on
     multi30k_text: Literal["raw", "tok"] = "raw"
     demo_sizes: dict[str, int] = field(  # source=demo: pairs generated per split
         default_factory=lambda: {"train": 20000, "dev": 500, "test": 500}
@@ -361,9 +364,9 @@ def validate_data(config: DataConfig) -> None:
         raise UserError(f"data.output_dir must name a directory of its own (got {yaml_value(config.output_dir)})")
     if config.max_train_pairs is not None and config.max_train_pairs <= 0:
         raise UserError("data.max_train_pairs must be positive")
-    if config.multi30k_text == "tok" and (config.source != "multi30k" or config.multi30k_dir is None):
-        raise UserError("data.multi30k_text: tok reads multi30k_dir/tok/; it needs data.source: multi30k and "
-                        "data.multi30k_dir (the hub copy has no tokenized text)")
+    if config.multi30k_text == "tok" and config.source != "multi30k":
+        raise UserError(f"data.multi30k_text: tok reads Multi30k's tokenized files; it needs data.source: multi30k "
+                        f"(it is {config.source})")
 
 
 def is_pretokenized(config: DataConfig) -> bool:

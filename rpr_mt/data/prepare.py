@@ -33,7 +33,7 @@ from typing import Any, Callable, Iterator, Optional, TextIO
 
 import rpr_mt
 from rpr_mt.config import DataConfig, is_pretokenized, validate_data, yaml_value
-from rpr_mt.data import binarize, sources
+from rpr_mt.data import binarize, multi30k, sources
 from rpr_mt.data.clean import CleanStats, TrainFilter, require_some_kept, write_clean_split
 from rpr_mt.data.vocab import BOS_ID, EOS_ID, MODEL_FILE, PAD_ID, UNK_ID, ReservoirSample, Vocab, \
     train_sentencepiece
@@ -257,7 +257,9 @@ def relevant_config(config: DataConfig) -> dict[str, Any]:
     if config.source == "files":
         relevant["splits"] = {n: "tsv" if s.tsv is not None else "src+tgt" for n, s in config.splits.items()}
     if config.source == "multi30k":
-        relevant["multi30k_dir"] = "local" if config.multi30k_dir is not None else "hub"
+        # its files are read where they are (a given copy or the download cache) and compared by checksum: the one
+        # value "local", which data prepared from a given directory recorded, keeps that data up to date
+        relevant["multi30k_dir"] = "local"
         if config.multi30k_text != "raw":  # only when set, so that data prepared before the key stays up to date
             relevant["multi30k_text"] = config.multi30k_text
     return json.loads(json.dumps(relevant, sort_keys=True))  # normalise as it reads back from JSON
@@ -394,6 +396,10 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any],
         return f"the input files changed ({', '.join(sorted(set(recorded) ^ set(files)))})"
     for role, path in files.items():
         if not path.is_file():
+            if multi30k.downloadable(path, recorded[role].get("sha256")):  # a cleared cache: the download gives it back
+                continue
+            if recorded[role].get("path") not in (None, str(path.resolve())):  # read from elsewhere (a Multi30k copy)
+                return f"the {role} input is now {path}, which is missing (it was {recorded[role]['path']})"
             return f"input {path} is missing"
         before, stat = recorded[role], path.stat()
         same_stat = (before.get("path") == str(path.resolve()) and before.get("size") == stat.st_size
@@ -412,6 +418,8 @@ def _record_unchanged_inputs(out: Path, config: DataConfig, manifest: dict[str, 
     recorded: dict[str, Any] = manifest.get("inputs", {}).get("files", {})
     changed = False
     for role, path in sources.local_inputs(config).items():
+        if not path.is_file():  # a cleared download cache (``_inputs_changed``)
+            continue
         entry, stat = recorded.get(role), path.stat()
         now = dict(path=str(path.resolve()), size=stat.st_size, mtime_ns=stat.st_mtime_ns)
         if isinstance(entry, dict) and any(entry.get(key) != value for key, value in now.items()):
@@ -435,13 +443,15 @@ def _record_unchanged_inputs(out: Path, config: DataConfig, manifest: dict[str, 
 def casing_source(config: DataConfig) -> Optional[Path]:
     """The raw, cased target-language training file that the casing model of ``config``'s data is learned from, or
     None when its text keeps its case (only Multi30k's tok/ text is lowercased). Its lines align with those of the
-    tok/ training file."""
-    if not is_pretokenized(config) or config.multi30k_dir is None:
+    tok/ training file. It comes from the same copy as the tok/ text (downloaded into the cache when that is where
+    the text comes from); when it cannot be had, the path where it was looked for."""
+    if not is_pretokenized(config):
         return None
-    root = Path(config.multi30k_dir)
-    name = f"{sources.MULTI30K_FILES['train']}.{config.tgt_lang}"
-    gz, plain = root / f"{name}.gz", root / name
-    return plain if plain.exists() and not gz.exists() else gz
+    try:
+        return multi30k.multi30k_file(config, "train", config.tgt_lang, "raw")
+    except UserError as exc:
+        log.warning("warning: %s", exc)
+        return multi30k.multi30k_file(config, "train", config.tgt_lang, "raw", fetch=False)
 
 
 def _learn_casing(config: DataConfig, directory: Path, inputs: dict[str, Any]) -> Optional[dict[str, Any]]:

@@ -21,14 +21,11 @@ from urllib.parse import urlparse
 from tqdm import tqdm
 
 from rpr_mt.config import DataConfig
-from rpr_mt.data import demo
+from rpr_mt.data import demo, multi30k
 from rpr_mt.errors import UserError
 
 Pair = tuple[str, str]
 
-MULTI30K_FILES = {"train": "train", "dev": "val", "test": "test_2016_flickr"}  # our split -> file prefix
-MULTI30K_LANGS = ("en", "de", "fr")
-MULTI30K_HUB = "bentrevett/multi30k"  # en and de only
 WMT14_HUB = "wmt/wmt14"  # the canonical id of the former "wmt14" dataset
 WMT14_PAIRS = ("cs-en", "de-en", "fr-en", "hi-en", "ru-en")  # hub configs; either direction works
 HUB_SPLITS = {"train": "train", "dev": "validation", "test": "test"}  # wmt14: validation = newstest2013, test = 2014
@@ -226,7 +223,8 @@ def read_tsv(path: Path) -> Iterator[Pair]:
 
 
 def local_inputs(config: DataConfig) -> dict[str, Path]:
-    """The local input files, keyed ``{split}.src``/``{split}.tgt``/``{split}.tsv``; empty for demo and hub data."""
+    """The local input files, keyed ``{split}.src``/``{split}.tgt``/``{split}.tsv``; empty for demo and hub data.
+    Multi30k's are where they are or would be (``multi30k.input_files``): nothing is downloaded here."""
     if config.source == "files":
         files: dict[str, Path] = {}
         for name, split in config.splits.items():
@@ -236,14 +234,8 @@ def local_inputs(config: DataConfig) -> dict[str, Path]:
                 files[f"{name}.src"] = Path(split.src)  # type: ignore[arg-type]
                 files[f"{name}.tgt"] = Path(split.tgt)  # type: ignore[arg-type]
         return files
-    if config.source == "multi30k" and config.multi30k_dir is not None:
-        root = Path(config.multi30k_dir) / ("tok" if config.multi30k_text == "tok" else "")
-        files = {}
-        for name, prefix in MULTI30K_FILES.items():
-            for role, lang in (("src", config.src_lang), ("tgt", config.tgt_lang)):
-                gz, plain = root / f"{prefix}.{lang}.gz", root / f"{prefix}.{lang}"
-                files[f"{name}.{role}"] = plain if plain.exists() and not gz.exists() else gz
-        return files
+    if config.source == "multi30k":
+        return multi30k.input_files(config)
     return {}
 
 
@@ -382,13 +374,6 @@ def wmt14_config_name(src_lang: str, tgt_lang: str) -> str:
                     f"available: {available} (either direction)")
 
 
-def _check_multi30k_langs(config: DataConfig) -> None:
-    for key in ("src_lang", "tgt_lang"):
-        lang = getattr(config, key)
-        if lang not in MULTI30K_LANGS:
-            raise UserError(f"data.{key} '{lang}' is not a Multi30k language; available: {', '.join(MULTI30K_LANGS)}")
-
-
 # ------------------------------------------------------------------------------------------------------------------
 # Entry point
 # ------------------------------------------------------------------------------------------------------------------
@@ -415,20 +400,11 @@ def open_corpus(config: DataConfig, progress: bool = False) -> RawCorpus:
             raise UserError("data.splits must name a 'train' split when data.source is 'files'")
         return _file_splits(config, progress)
     if config.source == "multi30k":
-        _check_multi30k_langs(config)
-        if config.multi30k_dir is not None:
-            root = Path(config.multi30k_dir)
-            if not root.is_dir():
-                where = "" if root.is_absolute() else f" (that is {root.resolve()}: read from the current directory)"
-                raise UserError(f"data.multi30k_dir not found: {root}{where}")
-            if config.multi30k_text == "tok" and not (root / "tok").is_dir():
-                raise UserError(f"data.multi30k_text is tok, but {root} has no tok/ directory (the dataset's "
-                                "tokenized files {train,val,test_2016_flickr}.{lang}.gz)")
-            return _file_splits(config, progress)
-        if "fr" in (src, tgt):
-            raise UserError(f"the hub dataset '{MULTI30K_HUB}' has only en and de (no fr); download the Multi30k "
-                            "files ({train,val,test_2016_flickr}.{en,de,fr}.gz) and set data.multi30k_dir")
-        return _hub_corpus(config, MULTI30K_HUB, None, lambda r: (r[src], r[tgt]))
+        # a local copy (data.multi30k_dir, $RPR_MT_MULTI30K_DIR) is checked, else the files are downloaded (verified)
+        multi30k.input_files(config, fetch=True, progress=progress)
+        corpus = _file_splits(config, progress)
+        corpus.inputs["multi30k"] = multi30k.provenance(config)
+        return corpus
     if config.source == "wmt14":
         name = wmt14_config_name(src, tgt)
         return _hub_corpus(config, WMT14_HUB, name, lambda r: (r["translation"][src], r["translation"][tgt]))

@@ -21,14 +21,15 @@ import functools
 import hashlib
 import json
 from pathlib import Path
-from typing import Any, Callable, Sequence
+from typing import Any, Callable, Optional, Sequence
 
 from sacrebleu.metrics import BLEU, CHRF
 
 from rpr_mt.config import Config
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.lengths import bleu_by_length, buckets_from_edges
-from rpr_mt.experiments.sweep import comparable_config, config_fingerprint, decode_settings, recorded_decode
+from rpr_mt.experiments.sweep import comparable_config, config_fingerprint, decode_settings, recorded_decode, \
+    recorded_fingerprints
 
 __all__ = ["FACTORS", "LENGTH_EDGES", "bucket_table", "corpus_scores", "evaluate_long", "join_consecutive",
            "long_sets", "plot_study", "render_bootstrap", "render_study_table", "write_long_sets"]
@@ -77,8 +78,10 @@ def write_long_sets(data_dir: str | Path, out_dir: str | Path, src_lang: str, tg
     return written
 
 
-def sets_fingerprint(cfg: Config, factors: Sequence[int], edges: Sequence[int]) -> str:
-    spec = {"config": config_fingerprint(cfg), "factors": list(factors), "edges": list(edges),
+def sets_fingerprint(cfg: Config, factors: Sequence[int], edges: Sequence[int],
+                     config_print: Optional[str] = None) -> str:
+    """What decides the long sets' scores; ``config_print``: one of ``recorded_fingerprints`` instead of today's."""
+    spec = {"config": config_print or config_fingerprint(cfg), "factors": list(factors), "edges": list(edges),
             "decode": comparable_config(cfg)["decode"]}
     return hashlib.sha256(json.dumps(spec, sort_keys=True).encode()).hexdigest()[:16]
 
@@ -114,7 +117,8 @@ def evaluate_long(
     long_dir = "long_split" if split else "long"
     fingerprint = sets_fingerprint(cfg, factors, edges)
     previous = json.loads(out_path.read_text(encoding="utf-8")) if out_path.is_file() else {}
-    if previous.get("fingerprint") == fingerprint:
+    if previous.get("fingerprint") in {sets_fingerprint(cfg, factors, edges, config_print)
+                                       for config_print in recorded_fingerprints(cfg)}:
         return previous
     # The model is loaded only if a set must be decoded: rescoring hypotheses that are all there (new edges, or a
     # run from results/, whose weights are not kept) needs none.

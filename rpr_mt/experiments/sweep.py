@@ -111,14 +111,21 @@ LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("decode", "buffer_lines"): (2000, None),  # windows of the input: the same outputs as one window
 }
 
+# Where Multi30k is read from (data.multi30k_dir: a local copy, or the download when unset) is no setting of the
+# experiment: prepare checks the files themselves by checksum. Fingerprints and plans recorded while it counted hold
+# the run config's own value, or the ../shared/data/multi30k that the committed Multi30k configs named (null in
+# configs of other sources): ``recorded_fingerprints`` accepts those.
+RECORDED_MULTI30K_DIRS = (None, "../shared/data/multi30k")
+
 # The decode settings that change what is decoded (nbest is 1 in sweeps; max_tokens only batches).
 DECODE_KEYS = ("beam_size", "length_penalty", "max_len_a", "max_len_b", "min_length")
 
 
 def comparable_config(cfg: Config) -> dict[str, Any]:
     """The config with what does not change the experiment (run directory, logging cadence) left out, and settings
-    added later left out at their defaults (``LATER_SETTINGS``)."""
+    added later left out at their defaults (``LATER_SETTINGS``), and where Multi30k is read from."""
     raw = config_to_dict(cfg)
+    raw["data"] = {key: value for key, value in raw["data"].items() if key != "multi30k_dir"}
     train = dict(raw["train"])
     for key in ("run_dir", "log_every", "num_threads", "device"):
         train.pop(key, None)
@@ -145,7 +152,19 @@ def recorded_decode(record: dict[str, Any]) -> dict[str, Any]:
 
 
 def config_fingerprint(cfg: Config) -> str:
-    return hashlib.sha256(json.dumps(comparable_config(cfg), sort_keys=True).encode()).hexdigest()[:16]
+    return _fingerprint(comparable_config(cfg))
+
+
+def recorded_fingerprints(cfg: Config) -> set[str]:
+    """The fingerprints a record of ``cfg``'s settings holds: today's, or one written while data.multi30k_dir was
+    part of it (``RECORDED_MULTI30K_DIRS``, or the config's own)."""
+    raw = comparable_config(cfg)
+    return {_fingerprint(raw)} | {_fingerprint({**raw, "data": {**raw["data"], "multi30k_dir": value}})
+                                  for value in {*RECORDED_MULTI30K_DIRS, cfg.data.multi30k_dir}}
+
+
+def _fingerprint(settings: dict[str, Any]) -> str:
+    return hashlib.sha256(json.dumps(settings, sort_keys=True).encode()).hexdigest()[:16]
 
 
 def _differences(base: dict[str, Any], other: dict[str, Any], prefix: str = "") -> list[tuple[str, Any]]:
@@ -276,6 +295,8 @@ def check_base_settings(plan: dict[str, Any] | None, root: str | Path, config_pa
     were trained with those, so a config edited since is a UserError naming the first changes."""
     base = _base_settings(config_path, overrides)
     recorded = (plan or {}).get("base_settings")
+    if isinstance(recorded, dict) and isinstance(recorded.get("data"), dict):  # where Multi30k was read: no setting
+        recorded = {**recorded, "data": {k: v for k, v in recorded["data"].items() if k != "multi30k_dir"}}
     if recorded is not None and recorded != base:
         changes = _differences(recorded, base) + [(key, None) for key, _ in _differences(base, recorded)
                                                   if _setting(base, key) is _MISSING]
@@ -378,7 +399,7 @@ def is_finished(cfg: Config) -> bool:
         result = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError):  # damaged: the run is done again and writes it anew
         return False
-    return isinstance(result, dict) and result.get("fingerprint") == config_fingerprint(cfg)
+    return isinstance(result, dict) and result.get("fingerprint") in recorded_fingerprints(cfg)
 
 
 # Without torch (--list imports none): rpr_mt.train.run_dir.RunDirLock.NAME and rpr_mt.checkpoints.STEP_PATTERN.

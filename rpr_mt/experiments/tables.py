@@ -139,7 +139,7 @@ def check_comparable(root: Path, results: dict[str, dict[str, Any]]) -> None:
     written for other settings than its run's config.yaml (the run started again with others, not finished) is
     refused too. Runs without a config.yaml are not checked."""
     from rpr_mt.config import load_config
-    from rpr_mt.experiments.sweep import _differences, _setting, comparable_config, config_fingerprint
+    from rpr_mt.experiments.sweep import _differences, _setting, comparable_config, recorded_fingerprints
 
     settings: dict[str, dict[str, Any]] = {}
     for run, result in results.items():
@@ -147,7 +147,7 @@ def check_comparable(root: Path, results: dict[str, dict[str, Any]]) -> None:
         if not path.is_file():
             continue
         cfg = load_config(path, user_given=False)
-        if "fingerprint" in result and result["fingerprint"] != config_fingerprint(cfg):
+        if "fingerprint" in result and result["fingerprint"] not in recorded_fingerprints(cfg):
             raise UserError(f"{root / run / 'result.json'} was written for other settings than {path} now holds "
                             "(the run was started again with other settings and has not finished): finish it with "
                             "scripts/sweep.py, or move the run out of the root")

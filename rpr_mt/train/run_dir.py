@@ -108,6 +108,8 @@ def config_differences(old: dict[str, Any], new: dict[str, Any]) -> list[str]:
             continue
         if name == "train.run_dir":  # the run is this directory, however the path is spelled
             continue
+        if name == "data.multi30k_dir":  # where Multi30k is read from (a copy, the download): prepare compares the
+            continue  # files themselves, by checksum, and refuses a resume when they changed
         a, b = old.get(name), new.get(name)
         if name not in old and b == defaults.get(name):
             continue

@@ -422,7 +422,7 @@ def _missing_file(tmp_path: Path) -> DataConfig:
 
 def _unreachable_hub(tmp_path: Path, monkeypatch) -> DataConfig:
     monkeypatch.setattr(sources, "_hub_reachable", lambda timeout=5.0: False)
-    return DataConfig(source="multi30k", src_lang="de", tgt_lang="en", output_dir=str(tmp_path / "prepared"))
+    return DataConfig(source="wmt14", src_lang="de", tgt_lang="en", output_dir=str(tmp_path / "prepared"))
 
 
 BAD_INPUTS = {

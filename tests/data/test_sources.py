@@ -132,21 +132,14 @@ def test_multi30k_tokenized_text_needs_the_local_files(tmp_path):
     config = DataConfig(source="multi30k", multi30k_dir=str(tmp_path), multi30k_text="tok")
     with pytest.raises(UserError, match="has no tok/ directory"):
         sources.open_corpus(config)
-    with pytest.raises(UserError, match="data.multi30k_text: tok .* needs data.source: multi30k and data.multi30k_dir"):
-        validate_data(DataConfig(source="multi30k", multi30k_text="tok"))
-    with pytest.raises(UserError, match="data.multi30k_text: tok"):
+    validate_data(DataConfig(source="multi30k", multi30k_text="tok"))  # no directory: the download has tok/ too
+    with pytest.raises(UserError, match=r"data.multi30k_text: tok .* needs data.source: multi30k \(it is demo\)"):
         validate_data(DataConfig(source="demo", multi30k_text="tok"))
 
 
 def test_multi30k_rejects_unknown_language(multi30k_dir):
     config = DataConfig(source="multi30k", multi30k_dir=str(multi30k_dir), src_lang="en", tgt_lang="cs")
     with pytest.raises(UserError, match="data.tgt_lang 'cs' is not a Multi30k language"):
-        sources.open_corpus(config)
-
-
-def test_multi30k_french_is_not_on_the_hub():
-    config = DataConfig(source="multi30k", src_lang="en", tgt_lang="fr")
-    with pytest.raises(UserError, match="only en and de.*data.multi30k_dir"):
         sources.open_corpus(config)
 
 
@@ -287,19 +280,23 @@ def test_binarize_memory_does_not_scale_with_the_input(tmp_path, monkeypatch):
     assert peaks[40_000] < ids_bytes / 4, (peaks, ids_bytes)
 
 
-def test_live_hub_download_or_skip(tmp_path):
-    """Tries the real hub (bentrevett/multi30k); skipped with the reason when the hub is unreachable."""
-    from rpr_mt.data.prepare import prepare
+def test_live_multi30k_download_or_skip(tmp_path, monkeypatch):
+    """One small file from the dataset's repository at the pinned commit (the real URL, not a mirror) matches its
+    pinned SHA-256; skipped with the reason when GitHub is unreachable."""
+    from rpr_mt.data import multi30k
 
-    config = DataConfig(source="multi30k", src_lang="en", tgt_lang="de", output_dir=str(tmp_path / "hub"),
-                        max_train_pairs=300, vocab_size=200)
+    for name in (multi30k.DIR_ENV, multi30k.URL_ENV):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path))
+    config = DataConfig(source="multi30k", src_lang="en", tgt_lang="de")
     try:
-        out = prepare(config, progress=False)
+        path = multi30k.multi30k_file(config, "dev", "en")
     except UserError as exc:
-        if "unreachable" in str(exc):
-            pytest.skip(f"Hugging Face hub unreachable from this machine: {exc}")
+        if "cannot download Multi30k" in str(exc):
+            pytest.skip(f"GitHub unreachable from this machine: {exc}")
         raise
-    assert (out / "manifest.json").is_file()
+    assert path == tmp_path / "rpr-mt" / "multi30k" / "data" / "task1" / "raw" / "val.en.gz"
+    assert multi30k.PINNED["data/task1/raw/val.en.gz"][0] == sources.sha256_file(path)
 
 
 def test_an_opening_byte_order_mark_is_not_text_in_plain_or_tsv_files(tmp_path):

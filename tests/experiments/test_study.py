@@ -314,3 +314,26 @@ def test_long_sets_decoded_sentence_by_sentence_go_beside_the_whole_line_ones(st
     assert json.loads((run_dir / "long_results_split.json").read_text()) == record
     assert len(list((run_dir / "long_split").glob("*.x4.hyp"))) == 2
     assert (run_dir / "long_results.json").read_text() == before
+
+
+def test_long_results_recorded_while_the_multi30k_directory_counted_are_still_current(tmp_path):
+    """results/study_positions' long_results.json were fingerprinted with data.multi30k_dir: ../shared/data/multi30k;
+    the committed config names none now, and the records are read as they are, nothing decoded again."""
+    import hashlib
+
+    from rpr_mt.experiments.study import FACTORS, LENGTH_EDGES, sets_fingerprint
+    from rpr_mt.experiments.sweep import comparable_config
+
+    cfg = config_from_dict({"data": {"source": "multi30k", "multi30k_dir": "../shared/data/multi30k"},
+                            "train": {"run_dir": str(tmp_path)}})
+    old = comparable_config(cfg)
+    old["data"]["multi30k_dir"] = "../shared/data/multi30k"
+    old_print = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    record = {"fingerprint": sets_fingerprint(cfg, FACTORS, LENGTH_EDGES, old_print), "sets": {}}
+    (tmp_path / "long_results.json").write_text(json.dumps(record))
+    cfg.data.multi30k_dir = None
+    assert evaluate_long(cfg) == record
+    record["fingerprint"] = sets_fingerprint(cfg, FACTORS, LENGTH_EDGES, "0" * 16)  # another config's: not current
+    (tmp_path / "long_results.json").write_text(json.dumps(record))
+    with pytest.raises(UserError, match="SentencePiece model not found"):  # made again, from the prepared data
+        evaluate_long(cfg)

@@ -25,6 +25,7 @@ from rpr_mt.experiments.sweep import (
     only_run_name,
     plan_runs,
     recorded_decode,
+    recorded_fingerprints,
     run_config,
     run_state,
     run_sweep,
@@ -260,6 +261,40 @@ def test_a_setting_added_later_changes_the_fingerprint_only_off_its_default(base
     assert config_fingerprint(config_from_dict(old)) == config_fingerprint(config_from_dict(raw))
     raw["decode"]["min_length"] = 0
     assert config_fingerprint(config_from_dict(raw)) != config_fingerprint(config_from_dict(old))
+
+
+def test_where_multi30k_is_read_from_is_no_setting_and_records_that_counted_it_still_match(base_config):
+    """The committed Multi30k configs named ../shared/data/multi30k, and the fingerprints and plans of their runs
+    (results/) hold it; the configs now name none (the download, or $RPR_MT_MULTI30K_DIR): those runs are finished."""
+    import hashlib
+
+    raw = config_to_dict(load_config(base_config))
+    raw["data"].update(source="multi30k", multi30k_dir="../shared/data/multi30k", demo_sizes={"train": 20000})
+    named = config_from_dict(raw)
+    raw["data"]["multi30k_dir"] = None
+    unnamed = config_from_dict(raw)
+    assert "multi30k_dir" not in comparable_config(unnamed)["data"]
+    assert config_fingerprint(named) == config_fingerprint(unnamed)
+    # the fingerprint as it was computed while the directory counted, from the committed config's settings
+    old = comparable_config(named)
+    old["data"]["multi30k_dir"] = "../shared/data/multi30k"
+    recorded = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    assert recorded != config_fingerprint(unnamed) and recorded in recorded_fingerprints(unnamed)
+    old["data"]["multi30k_dir"] = "/another/copy"  # a copy this config does not name: another record
+    other = hashlib.sha256(json.dumps(old, sort_keys=True).encode()).hexdigest()[:16]
+    assert other not in recorded_fingerprints(unnamed)
+
+
+def test_a_plan_that_recorded_where_multi30k_was_read_from_is_the_same_sweep(base_config, tmp_path):
+    from rpr_mt.experiments.sweep import _base_settings, check_base_settings
+
+    recorded = _base_settings(base_config, [])
+    recorded["data"]["multi30k_dir"] = None  # as plans recorded it before it was left out
+    assert check_base_settings({"runs": {}, "base_settings": recorded}, tmp_path, base_config, []) == \
+        _base_settings(base_config, [])
+    recorded["data"]["vocab_size"] += 1
+    with pytest.raises(UserError, match=r"changed since this sweep planned its runs .*data.vocab_size"):
+        check_base_settings({"runs": {}, "base_settings": recorded}, tmp_path, base_config, [])
 
 
 def test_recorded_decode_fills_in_the_behaviour_before_a_setting():

@@ -90,3 +90,16 @@ def test_a_run_directory_that_cannot_be_created_is_one_line(tmp_path, monkeypatc
     with pytest.raises(UserError, match=r"^train.run_dir: cannot create .*run \(No such file or directory\)$"):
         with RunDirLock(tmp_path / "run"):
             pass
+
+
+def test_where_multi30k_is_read_from_does_not_make_another_run():
+    """A run trained from a named copy (the committed configs named ../shared/data/multi30k) resumes with a config
+    that names none (the download, or $RPR_MT_MULTI30K_DIR): prepare compares the files themselves by checksum."""
+    from rpr_mt.config import config_from_dict, config_to_dict
+
+    def config(**data) -> dict:
+        return config_to_dict(config_from_dict({"data": {"source": "multi30k", "multi30k_text": "tok", **data}}))
+
+    assert run_dir.config_differences(config(multi30k_dir="../shared/data/multi30k"), config()) == []
+    assert run_dir.config_differences(config(), config(multi30k_dir="/elsewhere")) == []
+    assert run_dir.config_differences(config(), config(multi30k_text="raw")) == ["data.multi30k_text: tok -> raw"]
