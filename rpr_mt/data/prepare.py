@@ -321,10 +321,12 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
     log.info("training SentencePiece (%s, %d pieces) on %d sentences", config.spm_model_type, config.vocab_size,
              len(sample.items))
     before = clock()
-    model_path = train_sentencepiece(sample.items, tmp, vocab_size=config.vocab_size,
+    sample_size = len(sample.items)
+    # drained as it is written to SentencePiece's input file: the sample's strings (~400 MB at 2M sentences) are
+    # freed before the trainer loads its own copy, not held beside it
+    model_path = train_sentencepiece(_drain(sample.items), tmp, vocab_size=config.vocab_size,
                                      model_type=config.spm_model_type,
                                      character_coverage=config.spm_character_coverage)
-    sample_size = len(sample.items)
     del sample
     vocab = Vocab.load(model_path)
     times["sentencepiece"] = clock() - before
@@ -356,6 +358,13 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
              ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in times.items() if stage != "total"))
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _drain(items: list[str]) -> Iterator[str]:
+    """The items in order, each removed from the list as it is yielded."""
+    items.reverse()
+    while items:
+        yield items.pop()
 
 
 def _manifest(config: DataConfig, inputs: dict[str, Any], clean: dict[str, CleanStats],
