@@ -68,19 +68,19 @@ class SeenHashes:
     def first_seen(self, keys: np.ndarray) -> np.ndarray:
         """A mask over ``keys`` (uint64), True where a key is seen for the first time (earlier in ``keys`` counts);
         the new keys are added."""
-        keys = np.asarray(keys, dtype=np.uint64)
-        new = np.zeros(len(keys), dtype=bool)
-        new[np.unique(keys, return_index=True)[1]] = True  # the first occurrence within the batch
+        unique, first = np.unique(np.asarray(keys, dtype=np.uint64), return_index=True)  # sorted: cache-friendly
+        fresh = np.ones(len(unique), dtype=bool)
         for run in self.runs:
-            at = np.minimum(np.searchsorted(run, keys), len(run) - 1)
-            new &= run[at] != keys
-        if new.any():
-            self.runs.append(np.sort(keys[new]))
+            fresh &= run[np.minimum(np.searchsorted(run, unique), len(run) - 1)] != unique
+        new = np.zeros(len(keys), dtype=bool)
+        new[first[fresh]] = True  # each new key's first occurrence in the batch
+        if fresh.any():
+            self.runs.append(unique[fresh])  # sorted already
             while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
                 last = self.runs.pop()
                 merged = np.concatenate((self.runs.pop(), last))
                 del last
-                merged.sort(kind="stable")
+                merged.sort(kind="stable")  # two sorted runs: timsort merges them in linear time
                 self.runs.append(merged)
         return new
 
