@@ -138,3 +138,26 @@ def test_two_ranks_read_disjoint_shares_that_cover_one_process_epoch():
         assert r0.global_tgt_tokens == r1.global_tgt_tokens == one.global_tgt_tokens
         covered += pairs(one)
     assert sorted(covered) == indices.tolist()
+
+
+def _packed_one_by_one(src_len, tgt_len, max_tokens):
+    """The greedy packing written as a loop over the examples (the reference)."""
+    bounds, start, max_src, max_tgt = [0], 0, 0, 0
+    for pos, (s, t) in enumerate(zip(src_len.tolist(), tgt_len.tolist())):
+        new_src, new_tgt, size = max(max_src, s), max(max_tgt, t), pos - start + 1
+        if size > 1 and (new_src * size > max_tokens or new_tgt * size > max_tokens):
+            bounds.append(pos)
+            start, new_src, new_tgt = pos, s, t
+        max_src, max_tgt = new_src, new_tgt
+    return bounds + [len(src_len)] if len(src_len) else bounds
+
+
+def test_packing_in_windows_equals_the_example_by_example_loop():
+    from rpr_mt.train.batching import _pack
+
+    rng = np.random.default_rng(11)
+    for n, max_tokens in ((0, 100), (1, 100), (5000, 6250), (5000, 300), (3000, 40), (2000, 3), (700, 100000)):
+        tgt = np.sort(rng.integers(2, 120, n))  # sorted by target length first, as make_batches orders them
+        src = rng.integers(2, 150, n)
+        src[rng.random(n) < 0.01] = 400  # a long source now and then
+        assert _pack(src, tgt, max_tokens) == _packed_one_by_one(src, tgt, max_tokens), (n, max_tokens)
