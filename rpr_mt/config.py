@@ -66,10 +66,10 @@ class HubSettings:
     # which of the dataset's splits are ours: {our split: its split}; train is required, dev is validation's
     splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "dev": "validation", "test": "test"})
     revision: Optional[str] = None  # hub datasets: the commit (or tag) to read; null: the current one, recorded
-    # the pair: null reads the WMT/OPUS schema, one column "translation" of {language code: text} holding
-    # data.src_lang and data.tgt_lang; or name two text columns, the source's and the target's
+    # the source text's column, with tgt_column (null, both: the WMT/OPUS schema, one column "translation" of
+    # {language code: text} holding data.src_lang and data.tgt_lang)
     src_column: Optional[str] = None
-    tgt_column: Optional[str] = None
+    tgt_column: Optional[str] = None  # the target text's column, with src_column
 
 
 @dataclass
