@@ -139,3 +139,16 @@ def test_seen_hashes_is_an_exact_set_in_few_sorted_runs():
         assert seen.first_seen(keys).tolist() == expected
     assert len(seen) == len(reference) and len(seen.runs) <= 2 * np.log2(len(reference))
     assert all(np.all(run[1:] > run[:-1]) for run in seen.runs)  # sorted, no key twice
+
+
+def test_normalize_equals_translating_every_character():
+    """The search that skips str.translate for most texts changes no result."""
+    import random
+
+    from rpr_mt.data.clean import _LINE_BREAKS
+
+    rng = random.Random(3)
+    alphabet = ["a", "ä", " ", "\t", "\u00a0", "漢"] + [chr(c) for c in _LINE_BREAKS]
+    for _ in range(3000):
+        text = "".join(rng.choices(alphabet, k=rng.randint(0, 12)))
+        assert normalize(text) == text.translate(_LINE_BREAKS).strip(), repr(text)
