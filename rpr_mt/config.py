@@ -48,11 +48,35 @@ class SplitFiles:
     tsv: Optional[str] = None
 
 
+# datasets' builders for local files that data.hub.path may name: their data.hub.data_files are local paths
+HUB_LOCAL_BUILDERS = ("parquet", "json", "arrow", "csv")
+
+
+@dataclass
+class HubSettings:
+    """data.source = hub: any Hugging Face dataset, streamed with ``datasets.load_dataset(..., streaming=True)``, or
+    local files read by one of its builders (parquet, json, arrow, csv)."""
+
+    path: Optional[str] = None  # a dataset on the hub (wmt/wmt16), or a builder for local files: parquet/json/arrow/csv
+    name: Optional[str] = None  # the dataset's config (wmt/wmt16: ro-en, de-en, ...); null: its default one
+    # the files, as load_dataset takes them: a path or glob, a list of them, or {its split: files}; for the local
+    # builders they are local paths (relative to the current directory; a string or list is its split "train"),
+    # for a hub dataset patterns inside its repository (null: all its files)
+    data_files: Optional[Union[str, list[str], dict[str, Union[str, list[str]]]]] = None
+    # which of the dataset's splits are ours: {our split: its split}; train is required, dev is validation's
+    splits: dict[str, str] = field(default_factory=lambda: {"train": "train", "dev": "validation", "test": "test"})
+    revision: Optional[str] = None  # hub datasets: the commit (or tag) to read; null: the current one, recorded
+    # the source text's column, with tgt_column (null, both: the WMT/OPUS schema, one column "translation" of
+    # {language code: text} holding data.src_lang and data.tgt_lang)
+    src_column: Optional[str] = None
+    tgt_column: Optional[str] = None  # the target text's column, with src_column
+
+
 @dataclass
 class DataConfig:
     """Where the parallel text comes from, and how ``prepare`` cleans it and trains its SentencePiece vocabulary."""
 
-    source: Literal["demo", "files", "multi30k", "wmt14"] = "demo"  # where raw parallel text comes from
+    source: Literal["demo", "files", "multi30k", "wmt14", "hub"] = "demo"  # where raw parallel text comes from
     src_lang: str = "en"  # source language code
     tgt_lang: str = "de"  # target language code
     output_dir: str = "data/demo"  # prepared data (SentencePiece model, id arrays, manifest) goes here
@@ -79,6 +103,7 @@ class DataConfig:
     spm_model_type: Literal["bpe", "unigram"] = "bpe"  # SentencePiece algorithm
     spm_character_coverage: float = 1.0  # SentencePiece character coverage
     spm_sample_sentences: int = 2_000_000  # SentencePiece trains on at most this many random sentences
+    hub: HubSettings = field(default_factory=HubSettings)  # source=hub: the dataset, its splits and columns
 
 
 @dataclass
@@ -345,8 +370,8 @@ def validate_data(config: DataConfig) -> None:
         if not _SPLIT_NAME.match(getattr(config, key)):
             raise UserError(f"data.{key} must be a plain language code like 'en' "
                             f"(got {yaml_value(getattr(config, key))})")
-    names = config.demo_sizes if config.source == "demo" else config.splits if config.source == "files" else {}
-    prefix = "data.demo_sizes" if config.source == "demo" else "data.splits"
+    names, prefix = {"demo": (config.demo_sizes, "data.demo_sizes"), "files": (config.splits, "data.splits"),
+                     "hub": (config.hub.splits, "data.hub.splits")}.get(config.source, ({}, "data.splits"))
     for name in names:
         if not _SPLIT_NAME.match(name):
             raise UserError(f"{prefix}.{name}: split names may use only letters, digits, '_' and '-'")
@@ -360,6 +385,8 @@ def validate_data(config: DataConfig) -> None:
                         f"data.splits or set data.source: files{hint}")
     if config.source == "demo" and "train" not in config.demo_sizes:
         raise UserError("data.demo_sizes must have a 'train' entry")
+    if config.source == "hub":
+        validate_hub(config.hub)
     if not Path(os.path.abspath(config.output_dir)).name or Path(config.output_dir).name in ("", ".", ".."):
         raise UserError(f"data.output_dir must name a directory of its own (got {yaml_value(config.output_dir)})")
     if config.max_train_pairs is not None and config.max_train_pairs <= 0:
@@ -367,6 +394,29 @@ def validate_data(config: DataConfig) -> None:
     if config.multi30k_text == "tok" and config.source != "multi30k":
         raise UserError(f"data.multi30k_text: tok reads Multi30k's tokenized files; it needs data.source: multi30k "
                         f"(it is {config.source})")
+
+
+def validate_hub(hub: HubSettings) -> None:
+    """The data.hub section's own checks (data.source: hub)."""
+    if not hub.path:
+        raise UserError("data.hub.path is required when data.source is hub: a dataset on the hub such as "
+                        f"wmt/wmt16, or one of {', '.join(HUB_LOCAL_BUILDERS)} with data.hub.data_files")
+    if hub.path in HUB_LOCAL_BUILDERS:
+        if hub.data_files is None or hub.data_files in ("", [], {}):
+            raise UserError(f"data.hub.data_files is required with data.hub.path: {hub.path} (the local files to "
+                            "read: a path or glob, a list, or {split: files})")
+        if hub.revision is not None:
+            raise UserError(f"data.hub.revision is for datasets on the hub; local files (data.hub.path: {hub.path}) "
+                            "are recorded by their sha256: remove data.hub.revision")
+    if "train" not in hub.splits:
+        raise UserError("data.hub.splits must map 'train' to one of the dataset's splits (e.g. {train: train, "
+                        "dev: validation, test: test})")
+    if (hub.src_column is None) != (hub.tgt_column is None):
+        given = "data.hub.src_column" if hub.src_column is not None else "data.hub.tgt_column"
+        raise UserError(f"{given} needs its partner: give both data.hub.src_column and data.hub.tgt_column (two text "
+                        "columns), or neither (the translation column of {language: text})")
+    if hub.src_column is not None and hub.src_column == hub.tgt_column:
+        raise UserError(f"data.hub.src_column and data.hub.tgt_column must differ (both are '{hub.src_column}')")
 
 
 def is_pretokenized(config: DataConfig) -> bool:
@@ -508,6 +558,11 @@ def refuse_unread_data_keys(config: DataConfig) -> None:
         if config.source != reader and getattr(config, key) != getattr(defaults, key):
             raise UserError(f"data.{key} is read only when data.source is {reader} (it is {config.source}): set "
                             f"data.source: {reader}, or remove data.{key}")
+    if config.source != "hub":
+        for f in dataclasses.fields(HubSettings):
+            if getattr(config.hub, f.name) != getattr(defaults.hub, f.name):
+                raise UserError(f"data.hub.{f.name} is read only when data.source is hub (it is {config.source}): "
+                                "set data.source: hub, or remove data.hub")
 
 
 def warn_overridden_preset(model: ModelConfig, given: dict[str, str]) -> None:
@@ -621,11 +676,24 @@ def expand_home(config: Config) -> None:
     d, t = config.data, config.train
     d.output_dir = os.path.expanduser(d.output_dir)
     d.multi30k_dir = d.multi30k_dir and os.path.expanduser(d.multi30k_dir)
+    if d.hub.path in HUB_LOCAL_BUILDERS:  # local paths (a hub dataset's data_files are paths in its repository)
+        d.hub.data_files = map_data_files(d.hub.data_files, os.path.expanduser)
     for split in d.splits.values():
         for key in ("src", "tgt", "tsv"):
             setattr(split, key, getattr(split, key) and os.path.expanduser(getattr(split, key)))
     t.run_dir = os.path.expanduser(t.run_dir)
     t.init_from = t.init_from and os.path.expanduser(t.init_from)
+
+
+def map_data_files(files: Any, fn: Callable[[str], Any]) -> Any:
+    """``fn`` applied to every path of a data_files value (a string, a list, or {split: string or list})."""
+    if isinstance(files, str):
+        return fn(files)
+    if isinstance(files, list):
+        return [fn(f) for f in files]
+    if isinstance(files, dict):
+        return {split: map_data_files(value, fn) for split, value in files.items()}
+    return files
 
 
 def config_to_dict(config: Config) -> dict[str, Any]:

@@ -84,7 +84,8 @@ def test_every_field_of_every_section_is_a_key_with_a_meaning():
     assert all(key.meaning for key in keys)
     # nested sections follow their parent; a section's keys keep the dataclass's order
     sections = list(dict.fromkeys(key.section for key in keys))
-    assert sections == ["data", "data.splits.NAME", "model", "model.t5", "model.xl", "model.rope", "train", "decode"]
+    assert sections == ["data", "data.splits.NAME", "data.hub", "model", "model.t5", "model.xl", "model.rope", "train",
+                        "decode"]
     assert [key.name for key in keys if key.section == "train"] == [f.name for f in dataclasses.fields(TrainConfig)]
     assert [key.name for key in keys if key.section == "data.splits.NAME"] == ["src", "tgt", "tsv"]
 

@@ -7,10 +7,13 @@ pairs are only stripped: every line is kept, so BLEU is computed on the full off
 from __future__ import annotations
 
 import hashlib
+import re
+import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Callable, Iterable, Optional
 
+import numpy as np
 from tqdm import tqdm
 
 from rpr_mt.errors import UserError
@@ -24,9 +27,14 @@ Pair = tuple[str, str]
 _LINE_BREAKS = str.maketrans({**{c: " " for c in "\r\n\x0b\x0c\x1c\x1d\x1e\x85\u2028\u2029"}, "\ufeff": None})
 
 
+# Whether a text holds any of them: a search is ~20x faster than str.translate's lookup of every character, and
+# almost no sentence has one.
+_ANY_LINE_BREAK = re.compile("[" + "".join(map(chr, _LINE_BREAKS)) + "]")
+
+
 def normalize(text: str) -> str:
     """Strip surrounding whitespace; internal line-break characters become spaces; byte-order marks go."""
-    return text.translate(_LINE_BREAKS).strip()
+    return (text.translate(_LINE_BREAKS) if _ANY_LINE_BREAK.search(text) else text).strip()
 
 
 @dataclass
@@ -49,15 +57,55 @@ class CleanStats:
                 f"duplicates {d['duplicate']}")
 
 
+class SeenHashes:
+    """Exact set of 64-bit hashes in sorted numpy runs: 8 bytes a hash, where a Python set of ints takes ~70.
+
+    Queried a batch at a time (``first_seen``). New hashes form a sorted run; a run is merged into the one before it
+    while that one is no more than twice its size, so there are O(log n) runs, each hash is merged O(log n) times
+    (two sorted runs merge in linear time: numpy's stable sort is a timsort), and memory is ~8 bytes a hash, twice
+    that for the moment of the largest merge."""
+
+    def __init__(self) -> None:
+        self.runs: list[np.ndarray] = []
+
+    def __len__(self) -> int:
+        return sum(len(run) for run in self.runs)
+
+    def first_seen(self, keys: np.ndarray) -> np.ndarray:
+        """A mask over ``keys`` (uint64), True where a key is seen for the first time (earlier in ``keys`` counts);
+        the new keys are added."""
+        unique, first = np.unique(np.asarray(keys, dtype=np.uint64), return_index=True)  # sorted: cache-friendly
+        fresh = np.ones(len(unique), dtype=bool)
+        for run in self.runs:
+            fresh &= run[np.minimum(np.searchsorted(run, unique), len(run) - 1)] != unique
+        new = np.zeros(len(keys), dtype=bool)
+        new[first[fresh]] = True  # each new key's first occurrence in the batch
+        if fresh.any():
+            self.runs.append(unique[fresh])  # sorted already
+            while len(self.runs) > 1 and len(self.runs[-2]) <= 2 * len(self.runs[-1]):
+                last = self.runs.pop()
+                merged = np.concatenate((self.runs.pop(), last))
+                del last
+                merged.sort(kind="stable")  # two sorted runs: timsort merges them in linear time
+                self.runs.append(merged)
+        return new
+
+
+def pair_hash(src: str, tgt: str) -> bytes:
+    """The 64-bit digest that dedup compares (collisions are negligible: ~1e-5 for 36M pairs)."""
+    return hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest()
+
+
 class TrainFilter:
-    """The training-set rules. Memory: with dedup, one 8-byte hash per kept pair (~70 bytes in a Python set)."""
+    """The training-set rules. Memory: with dedup, 8 bytes a kept pair (``SeenHashes``)."""
 
     def __init__(self, max_words: int, max_length_ratio: float, dedup: bool) -> None:
         self.max_words, self.max_length_ratio = max_words, max_length_ratio
-        self._seen: Optional[set[int]] = set() if dedup else None
+        self.seen: Optional[SeenHashes] = SeenHashes() if dedup else None
 
-    def __call__(self, src: str, tgt: str, stats: CleanStats) -> bool:
-        """True to keep the (already normalized) pair; counts the rule that dropped it otherwise."""
+    def passes(self, src: str, tgt: str, stats: CleanStats) -> bool:
+        """The rules other than dedup: True to keep the (already normalized) pair; else counts the rule that
+        dropped it."""
         if not src or not tgt:
             stats.empty += 1
             return False
@@ -68,14 +116,21 @@ class TrainFilter:
         if max(ns, nt) > self.max_length_ratio * min(ns, nt):
             stats.length_ratio += 1
             return False
-        if self._seen is not None:
-            # 64-bit digest: collisions are negligible (~1e-5 for 36M pairs) and far cheaper than the strings.
-            key = int.from_bytes(hashlib.blake2b(f"{src}\t{tgt}".encode(), digest_size=8).digest(), "big")
-            if key in self._seen:
+        return True
+
+    def __call__(self, src: str, tgt: str, stats: CleanStats) -> bool:
+        """All the rules for one pair (``write_clean_split`` asks dedup a batch at a time instead)."""
+        if not self.passes(src, tgt, stats):
+            return False
+        if self.seen is not None:
+            key = np.frombuffer(pair_hash(src, tgt), dtype=">u8")
+            if not self.seen.first_seen(key)[0]:
                 stats.duplicate += 1
                 return False
-            self._seen.add(key)
         return True
+
+
+_DEDUP_BATCH = 8192  # pairs whose hashes are looked up together
 
 
 def write_clean_split(
@@ -89,29 +144,69 @@ def write_clean_split(
     progress: bool = True,
     desc: str = "",
     total: Optional[int] = None,
+    times: Optional[dict[str, float]] = None,
 ) -> CleanStats:
     """Stream ``pairs`` through normalization (and ``keep`` for training data) into two UTF-8 text files.
 
-    Memory is O(1) per pair (plus ``keep``'s dedup set and whatever ``on_kept`` retains): nothing is accumulated.
-    ``limit`` stops after that many kept pairs (data.max_train_pairs).
-    """
+    Memory is O(1) per pair (plus ``keep``'s dedup hashes and whatever ``on_kept`` retains): nothing is accumulated.
+    ``limit`` stops after that many kept pairs (data.max_train_pairs; with dedup the read may run up to a dedup
+    batch past it, but the counts stop at the pair that reached it). ``times`` (optional) accumulates the seconds
+    spent pulling pairs from ``pairs`` ("reading") and the rest ("cleaning")."""
     stats = CleanStats()
+    seen = keep.seen if keep is not None else None
+    pending: list[tuple[str, str, bytes, tuple[int, int, int, int]]] = []  # pairs awaiting the dedup lookup
+    clock = time.perf_counter
+    reading, started = 0.0, clock()
+
+    def emit(src: str, tgt: str) -> bool:
+        """Write a kept pair; True once ``limit`` is reached."""
+        fs.write(src + "\n")
+        ft.write(tgt + "\n")
+        stats.kept += 1
+        if on_kept is not None:
+            on_kept(src, tgt)
+        return limit is not None and stats.kept >= limit
+
+    def flush() -> bool:
+        """Dedup the pending pairs and write the new ones, in order; True once ``limit`` is reached."""
+        assert seen is not None
+        new = seen.first_seen(np.frombuffer(b"".join(p[2] for p in pending), dtype=">u8"))
+        for (src, tgt, _, counts), is_new in zip(pending, new):
+            if not is_new:
+                stats.duplicate += 1
+            elif emit(src, tgt):  # the pairs read after this one do not count
+                stats.read, stats.empty, stats.too_long, stats.length_ratio = counts
+                return True
+        pending.clear()
+        return False
+
     with open(src_out, "w", encoding="utf-8", newline="\n") as fs, \
             open(tgt_out, "w", encoding="utf-8", newline="\n") as ft, \
             tqdm(pairs, desc=desc, total=total, unit=" pairs", unit_scale=True, disable=not progress,
                  leave=False) as bar:
-        for src, tgt in bar:
-            stats.read += 1
-            src, tgt = normalize(src), normalize(tgt)
-            if keep is not None and not keep(src, tgt, stats):
-                continue
-            fs.write(src + "\n")
-            ft.write(tgt + "\n")
-            stats.kept += 1
-            if on_kept is not None:
-                on_kept(src, tgt)
-            if limit is not None and stats.kept >= limit:
+        stream, done = iter(bar), False
+        while not done:
+            before = clock()
+            pair = next(stream, None)
+            reading += clock() - before
+            if pair is None:
+                if pending:
+                    flush()
                 break
+            stats.read += 1
+            src, tgt = normalize(pair[0]), normalize(pair[1])
+            if keep is not None and not keep.passes(src, tgt, stats):
+                continue
+            if seen is None:
+                done = emit(src, tgt)
+                continue
+            pending.append((src, tgt, pair_hash(src, tgt),
+                            (stats.read, stats.empty, stats.too_long, stats.length_ratio)))
+            if len(pending) >= _DEDUP_BATCH:
+                done = flush()
+    if times is not None:
+        times["reading"] = times.get("reading", 0.0) + reading
+        times["cleaning"] = times.get("cleaning", 0.0) + clock() - started - reading
     return stats
 
 

@@ -12,8 +12,10 @@ Layout of ``data.output_dir``::
                                         target language, learned from the raw training text (rpr_mt.text.casing)
 
 Memory stays bounded whatever the corpus size: O(data.spm_sample_sentences) for the SentencePiece sample, plus one
-encoding batch, plus (only with data.dedup) ~70 bytes per kept training pair. Everything is written to a temporary
-directory beside ``output_dir`` and renamed into place, so an interrupted run never leaves half-made data.
+encoding batch, plus (only with data.dedup) 8 bytes per kept training pair. Everything is written to a temporary
+directory beside ``output_dir`` and renamed into place, so an interrupted run never leaves half-made data. The
+manifest records the seconds each stage took ("seconds": inputs, reading, cleaning, sentencepiece, encoding,
+binarizing, checksums, total).
 """
 
 from __future__ import annotations
@@ -28,11 +30,12 @@ import os
 import re
 import shutil
 import sys
+import time
 from pathlib import Path
 from typing import Any, Callable, Iterator, Optional, TextIO
 
 import rpr_mt
-from rpr_mt.config import DataConfig, is_pretokenized, validate_data, yaml_value
+from rpr_mt.config import HUB_LOCAL_BUILDERS, DataConfig, is_pretokenized, validate_data, yaml_value
 from rpr_mt.data import binarize, multi30k, sources
 from rpr_mt.data.clean import CleanStats, TrainFilter, require_some_kept, write_clean_split
 from rpr_mt.data.vocab import BOS_ID, EOS_ID, MODEL_FILE, PAD_ID, UNK_ID, ReservoirSample, Vocab, \
@@ -256,6 +259,11 @@ def relevant_config(config: DataConfig) -> dict[str, Any]:
         relevant.update(demo_sizes=dict(config.demo_sizes), demo_seed=config.demo_seed)
     if config.source == "files":
         relevant["splits"] = {n: "tsv" if s.tsv is not None else "src+tgt" for n, s in config.splits.items()}
+    if config.source == "hub":  # local files are compared by hash (the inputs), a hub dataset by these
+        hub = config.hub
+        relevant["hub"] = {"path": hub.path, "name": hub.name, "splits": dict(hub.splits), "revision": hub.revision,
+                           "src_column": hub.src_column, "tgt_column": hub.tgt_column,
+                           "data_files": None if hub.path in HUB_LOCAL_BUILDERS else hub.data_files}
     if config.source == "multi30k":
         # its files are read where they are (a given copy or the download cache) and compared by checksum: the one
         # value "local", which data prepared from a given directory recorded, keeps that data up to date
@@ -276,7 +284,14 @@ def config_hash(config: DataConfig) -> str:
 
 
 def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict[str, Any]:
+    # seconds per stage, recorded in the manifest: where the time of a large corpus goes
+    times: dict[str, float] = {}
+    clock = time.perf_counter
+    started = clock()
     corpus = sources.open_corpus(config, progress)
+    if corpus.check is not None:
+        corpus.check()
+    times["inputs"] = clock() - started
     sample = ReservoirSample(config.spm_sample_sentences, SAMPLE_SEED)
 
     def add_to_sample(src: str, tgt: str) -> None:
@@ -291,7 +306,7 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
                 pairs, tmp / f"{name}.{config.src_lang}", tmp / f"{name}.{config.tgt_lang}",
                 keep=TrainFilter(config.max_words, config.max_length_ratio, config.dedup) if train else None,
                 limit=config.max_train_pairs if train else None, on_kept=add_to_sample if train else None,
-                progress=progress, desc=f"reading {name}", total=reader.total,
+                progress=progress, desc=f"reading {name}", total=reader.total, times=times,
             )
         if train:
             # how many were kept and dropped: the summary at the end says it
@@ -305,12 +320,16 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
 
     log.info("training SentencePiece (%s, %d pieces) on %d sentences", config.spm_model_type, config.vocab_size,
              len(sample.items))
-    model_path = train_sentencepiece(sample.items, tmp, vocab_size=config.vocab_size,
+    before = clock()
+    sample_size = len(sample.items)
+    # drained as it is written to SentencePiece's input file: the sample's strings (~400 MB at 2M sentences) are
+    # freed before the trainer loads its own copy, not held beside it
+    model_path = train_sentencepiece(_drain(sample.items), tmp, vocab_size=config.vocab_size,
                                      model_type=config.spm_model_type,
                                      character_coverage=config.spm_character_coverage)
-    sample_size = len(sample.items)
     del sample
     vocab = Vocab.load(model_path)
+    times["sentencepiece"] = clock() - before
 
     tokens: dict[str, dict[str, binarize.SideStats]] = {}
     for name in corpus.splits:
@@ -318,7 +337,7 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
         for side, lang in (("src", config.src_lang), ("tgt", config.tgt_lang)):
             tokens[name][side] = binarize.binarize_text(
                 tmp / f"{name}.{lang}", vocab, tmp, name, side, clean[name].kept, progress=progress,
-                desc=f"encoding {name}.{lang}",
+                desc=f"encoding {name}.{lang}", times=times,
             )
         if name == "train":  # only dev/test text is kept (references); train text can be huge
             for lang in (config.src_lang, config.tgt_lang):
@@ -330,9 +349,22 @@ def _build(config: DataConfig, tmp: Path, progress: bool, announce: str) -> dict
         manifest["casing"] = casing_entry
     manifest["files"] = sorted(p.name for p in tmp.iterdir() if p.name != _LOCK)
     # size and sha256 of every file: "up to date" means the same bytes, and loading verifies them
+    before = clock()
     manifest["checksums"] = {name: binarize.file_checksum(tmp / name) for name in manifest["files"]}
+    times["checksums"] = clock() - before
+    times["total"] = clock() - started
+    manifest["seconds"] = {stage: round(seconds, 3) for stage, seconds in times.items()}
+    log.info("prepare took %.1f s (%s)", times["total"],
+             ", ".join(f"{stage} {seconds:.1f} s" for stage, seconds in times.items() if stage != "total"))
     (tmp / MANIFEST).write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
     return manifest
+
+
+def _drain(items: list[str]) -> Iterator[str]:
+    """The items in order, each removed from the list as it is yielded."""
+    items.reverse()
+    while items:
+        yield items.pop()
 
 
 def _manifest(config: DataConfig, inputs: dict[str, Any], clean: dict[str, CleanStats],
@@ -381,6 +413,8 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any],
         if old.get("kind") != "demo" or old.get("generator_version") != GENERATOR_VERSION:
             return f"the demo generator changed (version {old.get('generator_version')} -> {GENERATOR_VERSION})"
         return None
+    if config.source == "hub" and config.hub.path in HUB_LOCAL_BUILDERS:
+        return _hub_files_changed(config, old, splits)
     files = sources.local_inputs(config)
     if not files:  # hub
         if old.get("kind") != "hub":
@@ -408,6 +442,31 @@ def _inputs_changed(config: DataConfig, old: dict[str, Any],
             if before.get("path") not in (None, str(path.resolve())):  # another file, not an edited one
                 return f"the {role} input is now {path} (it was {before['path']})"
             return f"input {path} changed (sha256 differs)"
+    return None
+
+
+def _hub_files_changed(config: DataConfig, old: dict[str, Any], splits: Optional[tuple[str, ...]]) -> Optional[str]:
+    """Why a local builder's files (data.source hub, data.hub.path parquet/json/...) differ from those recorded."""
+    recorded: dict[str, Any] = old.get("data_files") or {}
+    if old.get("kind") != "hub" or not isinstance(recorded, dict):
+        return "the inputs changed to local files read through data.hub"
+    try:
+        now = sources.local_hub_files(config.hub)
+    except UserError as exc:
+        return str(exc)
+    for split, paths in now.items():
+        if splits is not None and split not in splits:
+            continue
+        before = {entry.get("path"): entry for entry in recorded.get(split, []) if isinstance(entry, dict)}
+        current = [str(path.resolve()) for path in paths]
+        if set(current) != set(before):
+            changed = sorted(set(current) ^ set(before))
+            return f"the data files of split {split} changed ({', '.join(changed[:3])})"
+        for path, resolved in zip(paths, current):
+            entry, stat = before[resolved], path.stat()
+            if (entry.get("size"), entry.get("mtime_ns")) != (stat.st_size, stat.st_mtime_ns) \
+                    and sources.sha256_file(path) != entry.get("sha256"):
+                return f"input {path} changed (sha256 differs)"
     return None
 
 

@@ -111,3 +111,53 @@ def test_epoch_iterator_resumes_at_a_position():
 
 def torch_equal(a, b):
     return a.shape == b.shape and bool((a == b).all())
+
+
+def test_two_ranks_read_disjoint_shares_that_cover_one_process_epoch():
+    """Under torchrun (world 2) each rank builds the same epoch plan and collates its share of every batch: over a
+    whole epoch the two shares are disjoint and together are the pairs one process reads, batch by batch (a rank
+    without a share of a one-pair batch gets a pair whose target is all padding, which adds nothing)."""
+    data = FakeIds(n=301, seed=5)
+    for i in range(len(data)):  # every source starts with its own index, so a batch says which pairs it holds
+        data._src[i] = np.concatenate([[i + 4], data._src[i]]).astype(np.uint16)
+    data.src_lengths = data.src_lengths + 1
+    kwargs = dict(max_tokens=120, seed=7, epoch=3, pad_id=0, bos_id=2, eos_id=3)
+    indices = usable_examples(data, max_positions=1024)
+    single = list(EpochIterator(data, indices, **kwargs))
+    ranks = [list(EpochIterator(data, indices, rank=r, world=2, **kwargs)) for r in range(2)]
+    assert len(single) == len(ranks[0]) == len(ranks[1]) > 10
+
+    def pairs(batch):
+        real = batch.tgt_out.ne(0).any(dim=1)  # a share-less rank's stand-in pair has no target token
+        return set((batch.src[real, 0] - 4).tolist())
+
+    covered = []
+    for one, r0, r1 in zip(single, ranks[0], ranks[1]):
+        assert not pairs(r0) & pairs(r1)
+        assert pairs(r0) | pairs(r1) == pairs(one)
+        assert r0.global_tgt_tokens == r1.global_tgt_tokens == one.global_tgt_tokens
+        covered += pairs(one)
+    assert sorted(covered) == indices.tolist()
+
+
+def _packed_one_by_one(src_len, tgt_len, max_tokens):
+    """The greedy packing written as a loop over the examples (the reference)."""
+    bounds, start, max_src, max_tgt = [0], 0, 0, 0
+    for pos, (s, t) in enumerate(zip(src_len.tolist(), tgt_len.tolist())):
+        new_src, new_tgt, size = max(max_src, s), max(max_tgt, t), pos - start + 1
+        if size > 1 and (new_src * size > max_tokens or new_tgt * size > max_tokens):
+            bounds.append(pos)
+            start, new_src, new_tgt = pos, s, t
+        max_src, max_tgt = new_src, new_tgt
+    return bounds + [len(src_len)] if len(src_len) else bounds
+
+
+def test_packing_in_windows_equals_the_example_by_example_loop():
+    from rpr_mt.train.batching import _pack
+
+    rng = np.random.default_rng(11)
+    for n, max_tokens in ((0, 100), (1, 100), (5000, 6250), (5000, 300), (3000, 40), (2000, 3), (700, 100000)):
+        tgt = np.sort(rng.integers(2, 120, n))  # sorted by target length first, as make_batches orders them
+        src = rng.integers(2, 150, n)
+        src[rng.random(n) < 0.01] = 400  # a long source now and then
+        assert _pack(src, tgt, max_tokens) == _packed_one_by_one(src, tgt, max_tokens), (n, max_tokens)
