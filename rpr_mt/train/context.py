@@ -68,7 +68,8 @@ class Session:
 
     def with_train(self, **changes: Any) -> "Session":
         """This session with ``train`` settings replaced (``--more-steps`` lifts the stopping rules)."""
-        return dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, train=dataclasses.replace(self.t, **changes)))
+        train = dataclasses.replace(self.t, **changes)
+        return dataclasses.replace(self, cfg=dataclasses.replace(self.cfg, train=train))
 
     def warn_about_the_device(self) -> None:
         """Say what makes this device slow for this run: bf16 without CPU support, more threads than cores."""

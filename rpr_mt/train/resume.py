@@ -1,4 +1,4 @@
-"""Whether an invocation starts a run, resumes it, continues it (``--more-steps``) or refuses, and from which checkpoint.
+"""Whether an invocation starts a run, resumes it, continues it (``--more-steps``) or refuses; from which checkpoint.
 
 In order: ``claim_run_dir`` checks what the run will read and write, locks the run directory and refuses a run it
 cannot resume before any data is prepared; ``start_state`` restores the checkpoint found (or fine-tunes, or starts at

@@ -192,10 +192,10 @@ class Trainer:
         more = ("--set train.max_time=SECONDS (a larger total) trains longer" if t.lr_schedule == "budget"
                 else "--more-steps N trains N more updates")  # the budget schedule refuses --more-steps
         average = t.average_last > 0 and self.dd.is_main and not average_is_current(self.run_dir, t)
-        self.session.log(
-            f"{self.run_dir} is already finished ({finished_because(self.finished, t, state, self.batches.epoch_done)}): "
-            f"nothing to train, {'averaging its last checkpoints (train.average_last)' if average else 'nothing changed'}"
-            + (f"; {more}" if self.session.options.extend_hint else ""))
+        because = finished_because(self.finished, t, state, self.batches.epoch_done)
+        done = "averaging its last checkpoints (train.average_last)" if average else "nothing changed"
+        self.session.log(f"{self.run_dir} is already finished ({because}): nothing to train, {done}"
+                         + (f"; {more}" if self.session.options.extend_hint else ""))
         if average:
             average_last(self.run_dir, t, self.session.log)
         return TrainResult(self.run_dir, state.step, state.epoch, self.finished, state.best_bleu, path, self.n_params,
@@ -281,7 +281,8 @@ class Trainer:
         for i, batch in enumerate(micro):
             batch = batch.to(device)
             sync = i == len(micro) - 1 or dd.world == 1  # DDP reduces the gradients at the last micro-batch only
-            with (contextlib.nullcontext() if sync else self.train_module.no_sync()), autocast(device, self.t.precision):
+            accumulate = contextlib.nullcontext() if sync else self.train_module.no_sync()
+            with accumulate, autocast(device, self.t.precision):
                 loss, nll = self.train_module(batch.src, batch.tgt_in, batch.tgt_out)
             self.scaler.scale(loss * (dd.world / update_tokens)).backward()
             loss_sum += float(loss.detach())

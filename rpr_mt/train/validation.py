@@ -44,8 +44,9 @@ def dev_bleu(
 ) -> tuple[float, float | None, int] | None:
     """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, the 1st
     percentile of their output/source length ratio in pieces (``length_ratio_floor``: translate warns when many
-    outputs fall below it), and how many lines were scored (fewer than the cap on a small dev set). On Multi30k's tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's,
-    on the text as it is (sacreBLEU's tokenizer would split it again and warn at every validation)."""
+    outputs fall below it), and how many lines were scored (fewer than the cap on a small dev set). On Multi30k's
+    tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's, on the text as it is (sacreBLEU's
+    tokenizer would split it again and warn at every validation)."""
     from sacrebleu.metrics import BLEU
 
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -102,7 +103,8 @@ def validation_line(record: dict[str, Any]) -> str:
     """The report's line of a validation record (``validation_record``)."""
     bleu = (f" | dev BLEU {record['dev_bleu']:.2f} (best {record['best_dev_bleu']:.2f})" if "dev_bleu" in record
             else "")
-    return f"validation at update {record['step']}: dev nll {record['dev_nll']:.3f} | ppl {record['dev_ppl']:.2f}" + bleu
+    return (f"validation at update {record['step']}: dev nll {record['dev_nll']:.3f} | ppl {record['dev_ppl']:.2f}"
+            + bleu)
 
 
 def share_early_stopping(dd: Distributed, state: TrainState) -> None:
