@@ -121,6 +121,7 @@ class Trainer:
     run, "" for none; ``--more-steps`` extends the session's max_steps). ``fit`` trains what is left."""
 
     logger: Logger  # the report, opened by fit (a finished run's report_finished writes no file)
+    window: LogWindow  # the updates since the last log line, started by fit
     train_module: nn.Module  # the loss of the model, wrapped in DistributedDataParallel under torchrun
 
     def __init__(self, session: Session, data: RunData, claim: Claim) -> None:
@@ -133,11 +134,11 @@ class Trainer:
         self.state = start_state(session, claim, data, model=self.model, optimizer=self.optimizer,
                                  scaler=self.scaler)
         self.first_step = self.state.step  # the update this invocation starts after
+        # (it reads only max_tokens and seed of train, which --more-steps leaves as they are)
         self.batches = BatchStream(data.train, data.train_indices, session.t, self.model, session.dd, self.state)
         self.session, self.finished = plan(session, claim, self.state, self.batches.epoch_done)
         self.config = config_to_dict(self.cfg)  # as config.yaml and every checkpoint of this invocation hold it
         self.checkpoints = Checkpoints(self.session, self.payload, claim.interrupted_at(self.finished))
-        self.window = LogWindow(ThroughputMonitor())
         self.lr = 0.0  # the learning rate of the latest update
         self.bad_updates = 0  # non-finite losses in a row
 
@@ -220,7 +221,8 @@ class Trainer:
         return self._end(stopped_by, stop_signal.requested)
 
     def _open(self) -> None:
-        """What training writes to: config.yaml (this invocation's config), the report; the DDP-wrapped loss."""
+        """What training writes to: config.yaml (this invocation's config), the report and its log window; the
+        DDP-wrapped loss."""
         config_path = self.run_dir / "config.yaml"
 
         def write_config() -> None:
@@ -237,6 +239,7 @@ class Trainer:
                 self.train_module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
         self.logger = Logger(self.run_dir, self.dd.is_main, self.session.options.progress, self.t.max_steps,
                              self.state.step, tensorboard=self.t.tensorboard)
+        self.window = LogWindow(ThroughputMonitor())  # its clock starts here: the first rate includes no set-up
 
     def train_step(self) -> str:
         """One update over train.update_freq micro-batches (their gradients accumulate), then its log line,
