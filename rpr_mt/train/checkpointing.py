@@ -10,16 +10,13 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable
 
-import torch
-from torch import nn
-
 from rpr_mt.checkpoints import (
     STEP_PATTERN, average_checkpoints, averaged_steps, checkpoint_dir, list_step_checkpoints, load_checkpoint,
     save_checkpoint, step_checkpoint_path, write_failure,
 )
 from rpr_mt.config import TrainConfig
 from rpr_mt.errors import UserError
-from rpr_mt.train.distributed import Distributed
+from rpr_mt.train.context import Session
 from rpr_mt.train.state import TrainState
 
 
@@ -57,17 +54,14 @@ def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
 
 
 class Checkpoints:
-    """The run's checkpoint files, written by rank 0. Each holds ``TrainState.payload`` of this run's model,
-    optimizer and grad scaler; ``last`` is the numbered checkpoint this invocation saved last."""
+    """The run's checkpoint files, written by rank 0. ``payload`` gives the checkpoint of a run state (the trainer's
+    ``TrainState.payload`` of its model, optimizer and grad scaler); ``interrupted_at``: the off-grid checkpoint this
+    run resumed from, if any (``prune_checkpoints``); ``last`` is the numbered checkpoint this invocation saved last."""
 
-    def __init__(self, run_dir: Path, t: TrainConfig, dd: Distributed, *, model: nn.Module,
-                 optimizer: torch.optim.Optimizer, scaler: torch.amp.GradScaler, device: torch.device,
-                 config: dict[str, Any], vocab: dict[str, Any], train_data: str | None = None,
+    def __init__(self, session: Session, payload: Callable[[TrainState], dict[str, Any]],
                  interrupted_at: int | None = None) -> None:
-        self.run_dir, self.t, self.dd = run_dir, t, dd
-        self.interrupted_at = interrupted_at  # the off-grid checkpoint this run resumed from, if any
-        self.parts = dict(model=model, optimizer=optimizer, scaler=scaler, device=device, config=config, vocab=vocab,
-                          train_data=train_data)
+        self.session, self.run_dir, self.payload = session, session.run_dir, payload
+        self.interrupted_at = interrupted_at
         self.last: Path | None = None
 
     def save(self, state: TrainState, stopped_by: str = "") -> None:
@@ -78,9 +72,9 @@ class Checkpoints:
 
         def write_and_prune() -> None:
             self._write(state, path, stopped_by)
-            prune_checkpoints(self.run_dir, self.t.keep_last, self.interrupted_at)
+            prune_checkpoints(self.run_dir, self.session.t.keep_last, self.interrupted_at)
 
-        self.dd.on_main(write_and_prune, self.parts["device"], f"write {path}")
+        self.session.dd.on_main(write_and_prune, self.session.device, f"write {path}")
         self.last = path
 
     def save_best(self, state: TrainState) -> None:
@@ -89,7 +83,7 @@ class Checkpoints:
 
     def _write(self, state: TrainState, path: Path, stopped_by: str = "") -> None:
         """A failed write (a full disk) stops the run with one line that says what it kept."""
-        payload = state.payload(**self.parts)
+        payload = self.payload(state)
         if stopped_by:
             payload["stopped_by"] = stopped_by
         try:

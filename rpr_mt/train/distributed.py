@@ -49,8 +49,8 @@ class Distributed:
     def together(self, work: Callable[[], None], device: torch.device, what: str) -> None:
         """``work`` on every rank, which then wait for each other. A UserError on one (rank 0's full disk: it alone
         writes files) stops every rank with one line: its own, the others' "rank 0 could not WHAT (it says why)".
-        After a bare raise the others waited at the next collective for a rank that had left, until torchrun killed
-        them or the broken process group ended them in a traceback."""
+        Every rank leaves together: a rank that raised alone would leave the others waiting at the next collective
+        for it, until torchrun killed them or the broken process group ended them in a traceback."""
         failure: UserError | None = None
         try:
             work()

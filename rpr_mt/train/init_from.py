@@ -2,15 +2,15 @@
 
 from __future__ import annotations
 
-from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
 import torch
 
 from rpr_mt import checkpoints as ckpt
-from rpr_mt.config import ModelConfig, TrainConfig
+from rpr_mt.config import ModelConfig
 from rpr_mt.errors import UserError
 from rpr_mt.model.transformer import Seq2Seq
+from rpr_mt.train.context import RunData, Session
 
 
 # Model settings that change what the weights compute but not their names or shapes: a checkpoint trained under
@@ -30,11 +30,12 @@ def _setting_mismatch(saved: dict[str, Any], model_config: ModelConfig) -> str |
     return None
 
 
-def init_from(t: TrainConfig, model: Seq2Seq, optimizer: torch.optim.Optimizer, vocab_info: dict[str, Any],
-              data_dir: Path, log: Callable[[str], None], model_config: ModelConfig) -> None:
+def init_from(session: Session, data: RunData, model: Seq2Seq, optimizer: torch.optim.Optimizer) -> None:
     """Fine-tuning: a new run starts from the weights of ``train.init_from`` (its own update count, schedule and
     data order start at zero, like fairseq's --finetune-from-model), with fresh Adam moments unless
     ``train.reset_optimizer`` is false."""
+    t, vocab_info, data_dir, log, model_config = (session.t, data.vocab_payload, data.directory, session.log,
+                                                  session.cfg.model)
     try:
         source = ckpt.resolve_checkpoint(t.init_from, "best")
         state = ckpt.load_checkpoint(source)

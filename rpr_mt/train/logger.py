@@ -38,9 +38,9 @@ def end_cut_off_record(path: Path, say: Callable[[str], None]) -> None:
 
 def drop_records_after(path: Path, step: int, say: Callable[[str], None]) -> None:
     """Drop the records of updates after ``step`` from ``path``: a run resumed from its checkpoint at ``step`` redoes
-    them, and a killed invocation's copies stayed beside the new ones (steps 250-400 twice after a kill at 400 and a
-    resume from 200), which a reader of the file (jq, pandas) takes as two runs' worth. Rewritten whole, then renamed
-    over it, as TensorBoard's purge_step does for the events."""
+    them, so the file holds each update once (a killed invocation's copies beside the new ones would read as two
+    runs' worth to jq or pandas). Rewritten whole, then renamed over it, as TensorBoard's purge_step does for the
+    events."""
     if not path.is_file():
         return
     lines = path.read_bytes().splitlines(keepends=True)  # bytes: a damaged line is kept as it is, not a traceback

@@ -35,7 +35,7 @@ def check_run_dir(run_dir: Path, tensorboard: bool = True, data_dir: Path | None
     """Before any work (preparing data can take long): ``run_dir`` is a directory that this process can write, or
     one it can create, and what it holds of the run's own entries has the right kind (``tensorboard``: the run
     writes TensorBoard events), and it is neither ``data_dir`` (data.output_dir) nor inside it (prepare refuses a
-    directory holding files it did not write: that error named the data directory, not the cause). Nothing is
+    directory holding files it did not write, and its error would name the data directory, not the cause). Nothing is
     created here: a command that fails later leaves the disk as it was."""
     if run_dir.exists() and not run_dir.is_dir():
         raise UserError(f"train.run_dir: {run_dir} is a file, not a directory")
@@ -50,8 +50,8 @@ def check_run_dir(run_dir: Path, tensorboard: bool = True, data_dir: Path | None
         existing = existing.parent
     if not existing.is_dir():
         raise UserError(f"train.run_dir: {run_dir} cannot be created: {existing} is not a directory")
-    # What the run writes into it, each of the kind it writes: a directory named metrics.jsonl (or a file named
-    # checkpoints) ended the run in a traceback at its first log line, validation or checkpoint
+    # What the run writes into it, each of the kind it writes, checked now: a directory named metrics.jsonl (or a
+    # file named checkpoints) would stop the run at its first log line, validation or checkpoint
     for name, want_dir in _RUN_ENTRIES.items():
         entry = run_dir / name
         if name == "tensorboard" and not tensorboard:

@@ -53,8 +53,8 @@ class Terminated(KeyboardInterrupt):
 @contextlib.contextmanager
 def interrupt_on_stop_signals() -> Iterator[None]:
     """SIGTERM and SIGHUP raise ``Terminated`` (a KeyboardInterrupt) inside the block, as SIGINT raises
-    KeyboardInterrupt: their defaults end the process at once, with no ``finally`` run (`timeout`, a batch
-    scheduler's time limit or a closed terminal lost the finished lines that Ctrl-C keeps)."""
+    KeyboardInterrupt: their defaults end the process at once, with no ``finally`` run, so `timeout`, a batch
+    scheduler's time limit or a closed terminal would lose the finished lines that Ctrl-C keeps."""
     def handle(signum: int, frame: Any) -> None:
         raise Terminated(signum)
 
@@ -90,9 +90,9 @@ def signal_exit_status(name: str | None) -> int:
 @contextlib.contextmanager
 def before_first_update() -> Iterator[None]:
     """Training's start-up (the run directory, the data, the model), until ``StopSignal`` takes over at the loop:
-    SIGINT, SIGTERM and SIGHUP stop it as ``Terminated`` saying that there is nothing to save. SIGTERM's default
-    ended the process silently with 143, where the README promises a checkpoint and a stop; no update has been
-    made, so none is written (a resumed run's checkpoints are as they were)."""
+    SIGINT, SIGTERM and SIGHUP stop it as ``Terminated`` saying that there is nothing to save (SIGTERM's default
+    would end the process silently with 143, where a stop is promised a line). No update has been made, so no
+    checkpoint is written (a resumed run's checkpoints stay as they are)."""
     try:
         with interrupt_on_stop_signals():
             yield

@@ -1,11 +1,11 @@
 """A one-time warning when training becomes far slower than it was at the start of the same run.
 
-A CPU run that shares its cores with another busy process can slow down many times over without any error: on a
-2-core machine, two intra-op threads that wait for a core held by someone else ran 7-14x slower than one thread
-(issue #19). A run with a fixed number of updates then just takes longer, but a run with a wall-clock budget
-(``train.max_time``) ends after far fewer updates, at a much worse BLEU, and exits 0. The trainer feeds every log
-window's tokens/s to a ``ThroughputMonitor``, which compares it with the run's own early rate, so the warning needs
-no machine-specific number.
+A CPU run that shares its cores with another busy process can slow down many times over without any error (intra-op
+threads wait for a core that someone else holds; docs/benchmarks.md has the figures). A run with a
+fixed number of updates then just takes longer, but a run with a wall-clock budget (``train.max_time``) ends after
+far fewer updates, at a much worse BLEU, and exits 0: the run says so. The trainer feeds every log window's tokens/s
+to a ``ThroughputMonitor``, which compares it with the run's own early rate, so the warning needs no
+machine-specific number.
 """
 
 from __future__ import annotations

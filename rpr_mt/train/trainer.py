@@ -6,59 +6,54 @@ of each, so W processes compute the same update as one process with the same glo
 checkpoints, metrics and logs.
 
 Resuming restores model, optimizer, grad scaler, RNG states and the (epoch, batch) position, so an interrupted and
-resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The run state
-is one ``TrainState`` (``state.py``), which builds and reads the checkpoint payload and keeps the run's update, data
-position, best scores and token and time totals. ``train()`` reads top to bottom, one comment per phase; this file
-holds it and its stopping rules (``_stop_reason``). Each helper has its file in ``rpr_mt.train``: the processes
-(``distributed``) and devices (``device``), the run directory's config (``run_dir``), the report (``logger``) and
-its log window (``window``), signals (``signals``), the checkpoint files (``checkpointing``), the batch order
-(``batching.BatchStream``), fine-tuning (``init_from``) and validation (``validation``). The ``budget`` schedule
-depends on wall-clock time and is therefore not bit-reproducible.
+resumed CPU run reaches bit-identical parameters to an uninterrupted one (same seed and thread count). The ``budget``
+schedule depends on wall-clock time and is therefore not bit-reproducible.
+
+``train`` reads top to bottom: the session (``context``: processes, device, options), the run directory claimed and
+the checkpoint to resume from found (``resume``), the data (``run_data``), then a ``Trainer``, which owns the model,
+optimizer, grad scaler, run state (``state.TrainState``), batches, checkpoints and report, decides what the run has
+left to train (``resume.plan``) and trains it (``Trainer.fit``: one ``train_step`` per update, then ``_end``). The
+other parts have their files in ``rpr_mt.train``: the stopping rules (``stopping``), the run directory's config
+(``run_dir``), the report (``logger``) and its log window (``window``), signals (``signals``), the checkpoint files
+(``checkpointing``), the batch order (``batching.BatchStream``), fine-tuning (``init_from``) and validation
+(``validation``).
 """
 
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import math
-import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any
 
-import numpy as np
 import torch
 from torch import nn
 
 from rpr_mt import checkpoints as ckpt
 from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
-from rpr_mt.data.binarize import ids_file, load_split
-from rpr_mt.data.prepare import changed_since_prepared, check_prepared, dev_changed_since_prepared, prepare, \
-    settings_changed_since_prepared, training_data_fingerprint
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
-from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.positions import describe_positions
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
-from rpr_mt.train.batching import BatchStream, usable_examples
-from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, failed_write, \
-    latest_valid_checkpoint, remove_stale_temporaries
-from rpr_mt.train.checkpointing import checkpoint_to_use
-from rpr_mt.train.device import autocast, cpu_bf16_warning, oversubscribed_threads_warning, peak_memory_mb, \
-    pick_device
-from rpr_mt.train.distributed import Distributed, init_distributed
-from rpr_mt.train.init_from import init_from
+from rpr_mt.train.batching import Batch, BatchStream
+from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, checkpoint_to_use, \
+    failed_write
+from rpr_mt.train.context import RunData, Session, TrainOptions, start_session
+from rpr_mt.train.device import autocast, peak_memory_mb
+from rpr_mt.train.distributed import Distributed
 from rpr_mt.train.logger import Logger
 from rpr_mt.train.loss import TranslationLoss
 from rpr_mt.train.optimizer import build_optimizer
-from rpr_mt.train.run_dir import RunDirLock, check_run_dir, config_differences, dev_measure_changes, \
-    remove_previous_run, saved_config
+from rpr_mt.train.resume import Claim, claim_run_dir, plan, start_state
+from rpr_mt.train.run_data import describe_data, load_run_data, warn_of_pairs_over_max_tokens
 from rpr_mt.train.schedule import learning_rate
-from rpr_mt.train.signals import StopSignal, before_first_update, interrupt_on_stop_signals
+from rpr_mt.train.signals import StopSignal, before_first_update
 from rpr_mt.train.state import TrainState
+from rpr_mt.train.stopping import finished_because, stop_reason
 from rpr_mt.train.throughput import ThroughputMonitor
-from rpr_mt.train.validation import validate
+from rpr_mt.train.validation import dev_scores, share_early_stopping, validation_line, validation_record
 from rpr_mt.train.window import LogWindow
 
 
@@ -83,23 +78,6 @@ class TrainResult:
     signal: str | None = None  # stopped_by signal: the one this process received (SIGINT, SIGTERM, SIGHUP)
 
 
-def _load_data(cfg: Config, dd: Distributed, log: Callable[[str], None], progress: bool, device: torch.device) -> Path:
-    """Prepared data directory; prepares it first (rank 0) when it is missing or stale. Rank 0's failure to prepare
-    stops every rank with a one-line error (the others would wait for it at a barrier until its exit broke the
-    process group, with a traceback burying rank 0's message)."""
-    reason = check_prepared(cfg.data)
-    if reason is not None:
-        def prepare_data() -> None:  # prepare says "preparing DIR (why)" once it has checked the inputs
-            with interrupt_on_stop_signals():  # SIGTERM's default left the temporary directory behind
-                prepare(cfg.data, progress=progress)
-
-        dd.on_main(prepare_data, device, f"prepare the data in {cfg.data.output_dir}")
-        reason = check_prepared(cfg.data)
-        if reason is not None:
-            raise UserError(f"data in {cfg.data.output_dir} is still not usable ({reason}); run `rpr-mt prepare`")
-    return Path(cfg.data.output_dir)
-
-
 def train(
     cfg: Config, *, overwrite: bool = False, dry_run: bool = False, progress: bool | None = None,
     more_steps: int | None = None, extend_hint: bool = True,
@@ -116,340 +94,289 @@ def train(
     ``extend_hint``: a finished run's message says how the CLI trains it longer (a sweep, whose runs are extended
     by no option of its own, passes False).
     """
+    options = TrainOptions(overwrite, dry_run, progress, more_steps, extend_hint)
+    options.check(cfg.train.run_dir)  # before --overwrite deletes the run that --more-steps would continue
+    started = time.monotonic()
     with contextlib.ExitStack() as held:  # what the run holds until it returns or fails: its directory's lock
-        return _train(cfg, overwrite=overwrite, dry_run=dry_run, progress=progress, more_steps=more_steps,
-                      extend_hint=extend_hint, held=held)
+        # until the loop's StopSignal: a signal stops the start-up with one line (closed by fit, or as the run unwinds)
+        startup = held.enter_context(contextlib.ExitStack())
+        startup.enter_context(before_first_update())
+        session = start_session(cfg, options, started)
+        if dry_run:
+            return _dry_run(cfg, session.dd)
+        session.warn_about_the_device()
+        claim = claim_run_dir(session, held)  # checks before any work (preparing data can take long)
+        trainer = Trainer(session, load_run_data(session), claim)
+        if trainer.finished and more_steps is None:
+            return trainer.report_finished()
+        return trainer.fit(startup)
 
 
-def _train(
-    cfg: Config, *, overwrite: bool, dry_run: bool, progress: bool | None, more_steps: int | None,
-    extend_hint: bool, held: contextlib.ExitStack,
-) -> TrainResult:
-    if more_steps is not None and more_steps < 1:
-        raise UserError(f"--more-steps must be >= 1 (got {more_steps})")
-    if more_steps is not None and overwrite:  # refused before --overwrite below deletes the run it would continue
-        raise UserError(f"--more-steps continues the run in {cfg.train.run_dir} and --overwrite deletes it: pass one "
-                        "or the other")
-    t = cfg.train
-    start_time = time.monotonic()
-    # until the loop's StopSignal: a signal stops the start-up with one line (closed below, or as the run unwinds)
-    startup = held.enter_context(contextlib.ExitStack())
-    startup.enter_context(before_first_update())
-    if t.num_threads is not None:
-        torch.set_num_threads(t.num_threads)
-    kind = t.device.partition(":")[0] if t.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
-    if t.precision == "fp16" and kind != "cuda":
-        raise UserError("train.precision 'fp16' needs CUDA; use 'bf16' on CPU")
-    dd = init_distributed(kind)
-    device = pick_device(cfg, dd)
-    if device.type == "cpu":
-        keep_freed_memory()  # ~12% of a CPU step was page faults on freshly mapped tensors; see rpr_mt.host
-    if dry_run:
-        return _dry_run(cfg, dd)
-    run_dir = Path(t.run_dir)
-    log = dd.log
-    warnings = (cpu_bf16_warning(device, t.precision),
-                oversubscribed_threads_warning(device, t.num_threads, dd.world))
-    for warning in warnings:
-        if warning is not None:
-            log(f"warning: {warning}")
+class Trainer:
+    """One invocation of a run, from its model to its last checkpoint: it owns the model, optimizer and grad scaler,
+    the session (config, ranks, device), the run state and batch order, the checkpoints and the report.
 
-    # -- checks before any work (preparing data can take long): what the run will need to read or write ------------
-    check_run_dir(run_dir, t.tensorboard, Path(cfg.data.output_dir))
-    has_checkpoints = bool(ckpt.list_step_checkpoints(run_dir))  # until --overwrite below removes them
-    if more_steps is not None and not has_checkpoints:
-        raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
-    if more_steps is not None and t.lr_schedule == "budget":
-        raise UserError("--more-steps: the 'budget' schedule is a function of train.max_time; continue a "
-                        "time-budget run with --set train.max_time=SECONDS (its new total) instead")
-    # a resumed run no longer reads it; under --overwrite it is read after the old run is gone: checked before
-    if t.init_from is not None and (overwrite or not has_checkpoints):
-        try:
-            ckpt.resolve_checkpoint(t.init_from, "best")
-        except UserError as exc:
-            raise UserError(f"train.init_from: {exc}") from None
+    Building it makes the model and optimizer, resumes the checkpoint that ``claim`` found (or fine-tunes, or starts
+    at update 0) and decides what is left to train (``finished``: the stopping rule that already ends the resumed
+    run, "" for none; ``--more-steps`` extends the session's max_steps). ``fit`` trains what is left."""
 
-    # -- run directory: one training at a time, and never two different runs ---------------------------------------
-    busy = dd.is_main and not held.enter_context(RunDirLock(run_dir, warn=log)).acquired
-    if not dd.all_true(not busy, device):
-        raise UserError(f"another `rpr-mt train` is training in {run_dir} (it holds {run_dir / RunDirLock.NAME}); "
-                        "wait for it to finish, or choose another train.run_dir")
-    config_path = run_dir / "config.yaml"
-    if dd.is_main:
-        for stale in remove_stale_temporaries(run_dir):
-            log(f"removed {stale.name}, left by a checkpoint write that was interrupted")
-    refusal = ""
-    has_run = config_path.is_file() or has_checkpoints
-    # Data whose inputs changed since the run's checkpoints were trained on it: preparing it again (below) would
-    # replace the vocabulary they need before the resume could refuse it. (Damaged files of unchanged inputs are
-    # prepared again: the same inputs give the same vocabulary.)
-    changed = changed_since_prepared(cfg.data) if dd.is_main and has_checkpoints else None
-    if dd.is_main and has_run:
-        old, new = saved_config(config_path, run_dir, log), config_to_dict(cfg)
-        diffs = config_differences(old, new)
-        measure = dev_measure_changes(old, new) if old and not diffs and not overwrite else []
-        other_settings = settings_changed_since_prepared(cfg.data) if changed else None
-        if measure:
-            log(f"warning: the dev BLEU of {run_dir} is measured differently from now on ({'; '.join(measure)}): "
-                "its best checkpoint and patience compare new validations with a best score measured the old way")
-        # a corrected dev file is prepared again (the vocabulary stays: it is learnt from the training pairs alone)
-        dev_changed = (dev_changed_since_prepared(cfg.data) if has_checkpoints and not changed and not diffs
-                       and not overwrite else None)
-        if dev_changed:
-            log(f"warning: the dev set of {run_dir} changed since its last validation ({dev_changed}): its best "
-                "checkpoint and patience compare new validations with a best score measured on the old set")
-        if diffs and not overwrite:
-            settings = config_path if config_path.is_file() else "in its checkpoints"
-            refusal = (f"{run_dir} holds a run with a different config ({'; '.join(diffs[:3])}); to resume it, "
-                       f"train with its own settings ({settings}); to start another run, choose another "
-                       "train.run_dir, or pass --overwrite to delete that run (its checkpoints too)")
-        elif changed and not overwrite and other_settings:
-            # The run's config is unchanged, so another config prepared the shared directory since: this run's own
-            # settings and inputs rebuild what its checkpoints were trained on (the vocabulary check below confirms)
-            refusal = (f"{cfg.data.output_dir} was prepared since with other data settings than this run's "
-                       f"({other_settings}), probably for another run sharing it. "
-                       f"`rpr-mt prepare` with this run's config rebuilds the data {run_dir} was trained on (the same "
-                       "inputs and settings give the same vocabulary) but replaces the other run's: give each its own "
-                       "data.output_dir")
-        elif changed and not overwrite:
-            refusal = (f"{run_dir} holds checkpoints trained on the data in {cfg.data.output_dir}, but its inputs "
-                       f"changed since ({changed}): preparing it again could change the vocabulary they need. To "
-                       "resume, restore what changed; to start over on the new data, pass --overwrite (deletes the "
-                       "run's checkpoints) or choose another train.run_dir")
-    if not dd.all_true(not refusal, device):  # every rank stops, not rank 0 alone (the others would wait for it)
-        raise UserError(refusal or f"{run_dir} holds a run that this config cannot resume (rank 0 says why)")
-    dd.barrier()
-    # The checkpoint to resume from, read before the data is prepared: when every one of them is corrupt, starting
-    # from update 0 would replace them (and the best one) with a new run's; that is --overwrite's to decide
-    found = None if overwrite else latest_valid_checkpoint(run_dir, warn=log)
-    if found is None and not overwrite and ckpt.list_step_checkpoints(run_dir):
-        raise UserError(f"no checkpoint in {ckpt.checkpoint_dir(run_dir)} loads (each is named above), so {run_dir} "
-                        "cannot be resumed; restore one, or pass --overwrite to delete the run and start it over")
+    logger: Logger  # the report, opened by fit (a finished run's report_finished writes no file)
+    window: LogWindow  # the updates since the last log line, started by fit
+    train_module: nn.Module  # the loss of the model, wrapped in DistributedDataParallel under torchrun
 
-    # -- data, model, optimizer -------------------------------------------------------------------------------------
-    data_dir = _load_data(cfg, dd, log, sys.stderr.isatty() if progress is None else progress, device)
-    vocab = Vocab.load(data_dir / "spm.model")
-    train_data = load_split(data_dir, "train")
-    dev_data = load_split(data_dir, "dev") if ids_file(data_dir, "dev", "src").is_file() else None
-    train_indices = usable_examples(train_data, cfg.model.max_positions, cfg.data.max_train_tokens)
-    # The limit that binds (usable_examples): pieces a side, eos not counted.
-    if cfg.data.max_train_tokens is not None and cfg.data.max_train_tokens < cfg.model.max_positions - 1:
-        cap = f"{cfg.data.max_train_tokens} pieces (data.max_train_tokens)"
-    else:
-        cap = f"{cfg.model.max_positions - 1} pieces (model.max_positions={cfg.model.max_positions} with eos)"
-    if len(train_indices) == 0:
-        raise UserError(f"no training pair in {data_dir} is non-empty with both sides within {cap}")
-    dropped = len(train_data) - len(train_indices)
-    if t.patience is not None and dev_data is None and more_steps is None:  # (--more-steps lifts patience)
-        # Not an error: max_steps, max_epochs or max_time (one is required) still end the run.
-        log(f"warning: train.patience is {t.patience} but {data_dir} has no dev split: nothing is validated, so "
-            "patience cannot stop the run")
-    elif dev_data is None:  # (a data.demo_sizes or data.splits without dev): say so before the run, not after it
-        log(f"note: {data_dir} has no dev split: nothing is validated (no dev loss or BLEU, no checkpoint_best.pt; "
-            "translate and eval-bleu then take the last checkpoint)")
+    def __init__(self, session: Session, data: RunData, claim: Claim) -> None:
+        self.session, self.data, self.claim = session, data, claim
+        self.model = initial_model(session.cfg, data.vocab).to(session.device)
+        self.n_params = count_parameters(self.model)
+        self._describe()
+        self.optimizer = build_optimizer(self.model, session.t, session.device)
+        self.scaler = torch.amp.GradScaler(session.device.type, enabled=(session.t.precision == "fp16"))
+        self.state = start_state(session, claim, data, model=self.model, optimizer=self.optimizer,
+                                 scaler=self.scaler)
+        self.first_step = self.state.step  # the update this invocation starts after
+        # (it reads only max_tokens and seed of train, which --more-steps leaves as they are)
+        self.batches = BatchStream(data.train, data.train_indices, session.t, self.model, session.dd, self.state)
+        self.session, self.finished = plan(session, claim, self.state, self.batches.epoch_done)
+        self.config = config_to_dict(self.cfg)  # as config.yaml and every checkpoint of this invocation hold it
+        self.checkpoints = Checkpoints(self.session, self.payload, claim.interrupted_at(self.finished))
+        self.lr = 0.0  # the learning rate of the latest update
+        self.bad_updates = 0  # non-finite losses in a row
 
-    model = initial_model(cfg, vocab).to(device)
-    n_params = count_parameters(model)
-    log(f"model: {describe_positions(cfg.model)} positions, {n_params:,} parameters; vocabulary {vocab.size:,}; "
-        f"{len(train_indices):,} training pairs" + (f" ({dropped:,} skipped: empty or a side over {cap})" if dropped else ""))
-    log(f"device {device}, precision {t.precision}, {dd.world} process(es), "
-        f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")
-    too_long = _pairs_over(train_data, train_indices, t.max_tokens)
-    if too_long:  # each goes into a batch of its own, over the limit the line above promises
-        log(f"warning: {too_long:,} training pair(s) have a side longer than train.max_tokens ({t.max_tokens:,} "
-            "tokens with eos): each is a batch of its own, over that limit; raise train.max_tokens or cap the "
-            "pairs with data.max_train_tokens")
+    # -- what the trainer is made of ---------------------------------------------------------------------------------
 
-    optimizer = build_optimizer(model, t, device)
-    scaler = torch.amp.GradScaler(device.type, enabled=(t.precision == "fp16"))
+    @property
+    def cfg(self) -> Config:
+        return self.session.cfg
 
-    # -- resume (or fine-tune, or start) ----------------------------------------------------------------------------
-    state = TrainState(started=start_time)
-    vocab_info = ckpt.vocab_payload(data_dir / "spm.model")
-    trained_on = training_data_fingerprint(data_dir)
-    if found is not None:
-        path, payload = found
-        if payload["vocab"]["fingerprint"] != vocab_info["fingerprint"]:
-            raise UserError(f"{path} was trained with another vocabulary than {data_dir / 'spm.model'}")
-        # the same vocabulary, other pairs: `rpr-mt prepare` rebuilt the data from changed inputs since (the check of
-        # the inputs above compares them with the manifest, which that rebuild rewrote); checkpoints from before the
-        # fingerprint have none
-        if payload.get("train_data") not in (None, trained_on):
-            raise UserError(f"{path} was trained on other training pairs than {data_dir} holds now (prepared again "
-                            "since from changed inputs?). To resume, restore the inputs and run `rpr-mt prepare "
-                            "--force` with this run's config; to start "
-                            "over on this data, pass --overwrite (deletes the run's checkpoints) or choose another "
-                            "train.run_dir")
-        state = TrainState.restore(payload, model=model, optimizer=optimizer, scaler=scaler, device=device,
-                                   started=start_time)
-        log(f"resuming from {path} (update {state.step}, epoch {state.epoch + 1}, batch {state.position})")
-        if t.init_from is not None:
-            log(f"train.init_from is not used: {run_dir} already has checkpoints of its own")
-    elif t.init_from is not None:
-        init_from(t, model, optimizer, vocab_info, data_dir, log, cfg.model)
-    # --overwrite deletes the previous run only now, once the data, model and optimizer are made and
-    # train.init_from's weights loaded: an input error (mismatched files, a vocabulary too large, a sentence limit)
-    # used to leave neither the old run nor a new one. With the same config too: a run started over after a code
-    # fix, or one whose checkpoints broke.
-    if overwrite and dd.is_main and has_run:
-        log(f"--overwrite: removing the previous run in {run_dir}")
-        remove_previous_run(run_dir)
-    dd.barrier()
-    batches = BatchStream(train_data, train_indices, t, model, dd, state)  # reads only max_tokens and seed of t
-    # Whether the run is finished by the stopping rules of this command's config (those in effect before
-    # --more-steps lifts them): a finished run is not trained again, an unfinished one is not extended.
-    finished = _stop_reason(t, state, dd, device, batches.epoch_done) if found is not None else ""
-    if more_steps is not None:
-        if found is None:  # every checkpoint is corrupt (each was named above)
-            raise UserError(f"--more-steps: {run_dir} has no checkpoint to continue; train it first")
-        if not finished:  # N more than its latest checkpoint would shorten the run and its step-based schedule
-            target = _unfinished_target(t, state, batches.epoch_done)
-            raise UserError(f"--more-steps: {run_dir} is not finished: {target}; run the same command without "
-                            "--more-steps to resume it")
-        t = dataclasses.replace(t, max_steps=state.step + more_steps, max_epochs=None, max_time=None, patience=None)
-        cfg = dataclasses.replace(cfg, train=t)
-        log(f"--more-steps {more_steps}: training to update {t.max_steps} (max_epochs, max_time and patience lifted)")
-    elif finished:
-        # The command of a finished run, again: validating, saving or rewriting config.yaml would change the run
-        # (its patience count, its config's stopping rules, a duplicate dev record) without training it.
+    @property
+    def t(self) -> TrainConfig:
+        return self.session.t
+
+    @property
+    def dd(self) -> Distributed:
+        return self.session.dd
+
+    @property
+    def device(self) -> torch.device:
+        return self.session.device
+
+    @property
+    def run_dir(self) -> Path:
+        return self.session.run_dir
+
+    def payload(self, state: TrainState) -> dict[str, Any]:
+        """The checkpoint of ``state`` with this run's model, optimizer, grad scaler, config and data."""
+        return state.payload(model=self.model, optimizer=self.optimizer, scaler=self.scaler, device=self.device,
+                             config=self.config, vocab=self.data.vocab_payload, train_data=self.data.fingerprint)
+
+    def stop_reason(self) -> str:
+        """The stopping rule that ends the run before another update ("" while none does)."""
+        return stop_reason(self.session, self.state, self.batches.epoch_done)
+
+    def _describe(self) -> None:
+        """The run's first lines: the model, the data and how much of it goes into an update."""
+        cfg, t, log = self.cfg, self.t, self.session.log
+        log(f"model: {describe_positions(cfg.model)} positions, {self.n_params:,} parameters; vocabulary "
+            f"{self.data.vocab.size:,}; " + describe_data(self.session, self.data))
+        log(f"device {self.device}, precision {t.precision}, {self.dd.world} process(es), "
+            f"<= {t.max_tokens * t.update_freq:,} tokens per side per update (shared by all processes)")
+        warn_of_pairs_over_max_tokens(self.session, self.data)
+
+    # -- a finished run ----------------------------------------------------------------------------------------------
+
+    def report_finished(self) -> TrainResult:
+        """The command of a finished run, again: nothing is trained, validated, saved or rewritten (that would
+        change its patience count, its config's stopping rules or its dev records), except the average of its last
+        checkpoints when train.average_last asks for one that is not there yet (as fairseq's
+        average_checkpoints.py would make it from the checkpoints kept)."""
+        t, state, path = self.t, self.state, self.claim.found[0]
         more = ("--set train.max_time=SECONDS (a larger total) trains longer" if t.lr_schedule == "budget"
                 else "--more-steps N trains N more updates")  # the budget schedule refuses --more-steps
-        # Except its average: train.average_last raised (or set) after the end asks for one that only needs the
-        # checkpoints kept, as fairseq's average_checkpoints.py would make it; the same average is not made again
-        average = t.average_last > 0 and dd.is_main and not average_is_current(run_dir, t)
-        log(f"{run_dir} is already finished ({_finished_because(finished, t, state, batches.epoch_done)}): nothing "
-            f"to train, {'averaging its last checkpoints (train.average_last)' if average else 'nothing changed'}"
-            + (f"; {more}" if extend_hint else ""))
+        average = t.average_last > 0 and self.dd.is_main and not average_is_current(self.run_dir, t)
+        because = finished_because(self.finished, t, state, self.batches.epoch_done)
+        done = "averaging its last checkpoints (train.average_last)" if average else "nothing changed"
+        self.session.log(f"{self.run_dir} is already finished ({because}): nothing to train, {done}"
+                         + (f"; {more}" if self.session.options.extend_hint else ""))
         if average:
-            average_last(run_dir, t, log)
-        seconds = time.monotonic() - start_time
-        return TrainResult(run_dir, state.step, state.epoch, finished, state.best_bleu, found[0], n_params, 0,
-                           seconds, peak_memory_mb(device), state.elapsed_before, state.run_tokens())
-    def write_config() -> None:
-        run_dir.mkdir(parents=True, exist_ok=True)
-        try:
-            save_config(cfg, config_path)
-        except OSError as exc:  # a full disk: one line naming the file, as for a checkpoint
-            raise failed_write(config_path, exc, run_dir, state.step) from None
+            average_last(self.run_dir, t, self.session.log)
+        return TrainResult(self.run_dir, state.step, state.epoch, self.finished, state.best_bleu, path, self.n_params,
+                           0, time.monotonic() - self.session.started, peak_memory_mb(self.device),
+                           state.elapsed_before, state.run_tokens())
 
-    dd.on_main(write_config, device, f"write {config_path}")
+    # -- the loop ----------------------------------------------------------------------------------------------------
 
-    train_module: nn.Module = TranslationLoss(model, t.label_smoothing)
-    if dd.world > 1:
-        train_module = nn.parallel.DistributedDataParallel(
-            train_module, device_ids=[device.index] if device.type == "cuda" else None
+    def fit(self, startup: contextlib.ExitStack) -> TrainResult:
+        """Train one update after another until a stopping rule or a signal ends the run, then end it (``_end``).
+        ``startup``: the start-up's signal handling, closed where the loop's ``StopSignal`` takes over."""
+        self._open()
+        self.model.train()
+        stopped_by = self.stop_reason()
+        startup.close()
+        with StopSignal() as stop_signal:
+            while not stopped_by:
+                if not self.dd.all_true(stop_signal.requested is None, self.device):  # all ranks stop at one update
+                    stopped_by = "signal"
+                    break
+                stopped_by = self.train_step()
+        return self._end(stopped_by, stop_signal.requested)
+
+    def _open(self) -> None:
+        """What training writes to: config.yaml (this invocation's config), the report and its log window; the
+        DDP-wrapped loss."""
+        config_path = self.run_dir / "config.yaml"
+
+        def write_config() -> None:
+            self.run_dir.mkdir(parents=True, exist_ok=True)
+            try:
+                save_config(self.cfg, config_path)
+            except OSError as exc:  # a full disk: one line naming the file, as for a checkpoint
+                raise failed_write(config_path, exc, self.run_dir, self.state.step) from None
+
+        self.dd.on_main(write_config, self.device, f"write {config_path}")
+        self.train_module = TranslationLoss(self.model, self.t.label_smoothing)
+        if self.dd.world > 1:
+            self.train_module = nn.parallel.DistributedDataParallel(
+                self.train_module, device_ids=[self.device.index] if self.device.type == "cuda" else None)
+        self.logger = Logger(self.run_dir, self.dd.is_main, self.session.options.progress, self.t.max_steps,
+                             self.state.step, tensorboard=self.t.tensorboard)
+        self.window = LogWindow(ThroughputMonitor())  # its clock starts here: the first rate includes no set-up
+
+    def train_step(self) -> str:
+        """One update over train.update_freq micro-batches (their gradients accumulate), then its log line,
+        validation and checkpoint as their grids ask; returns the stopping rule that ends the run after it."""
+        micro = self._micro_batches()
+        update_tokens = sum(b.global_tgt_tokens for b in micro)
+        self.lr = learning_rate(self.t, self.cfg.model.d_model, self.state.step + 1,
+                                self.state.budget_progress(self.t.max_time))
+        for group in self.optimizer.param_groups:
+            group["lr"] = self.lr
+        loss_sum, nll_sum = self._forward_backward(micro, update_tokens)
+        if not math.isfinite(loss_sum):
+            self._skip_update()
+            return self.stop_reason()
+        self.bad_updates = 0
+        if self.t.clip_norm > 0:
+            self.scaler.unscale_(self.optimizer)
+            torch.nn.utils.clip_grad_norm_(self.model.parameters(), self.t.clip_norm)
+        self.scaler.step(self.optimizer)
+        self.scaler.update()
+        self.optimizer.zero_grad(set_to_none=True)
+        self.state.step += 1
+        self.state.tokens += update_tokens
+        self.window.add(loss_sum, nll_sum, update_tokens, sum(b.global_src_tokens for b in micro))
+        return self._after_update()
+
+    def _micro_batches(self) -> list[Batch]:
+        """The next update's batches: train.update_freq of them, or fewer at the end of an epoch. An update does not
+        span two epochs (as in fairseq): max_epochs stops at the epoch's end, and a run resumed there groups its
+        batches as an uninterrupted run does."""
+        micro = [self.batches.next()]
+        while len(micro) < self.t.update_freq and not self.batches.epoch_done:
+            micro.append(self.batches.next())
+        return micro
+
+    def _forward_backward(self, micro: list[Batch], update_tokens: int) -> tuple[float, float]:
+        """Forward and backward over ``micro``, accumulating gradients; returns the update's loss and NLL summed over
+        the ranks (a non-finite loss on any rank is then non-finite on all, so all skip the update). Each loss is
+        normalised by the global token count of the whole update; DDP averages over ranks, hence the * world."""
+        dd, device = self.dd, self.device
+        loss_sum, nll_sum = 0.0, 0.0
+        for i, batch in enumerate(micro):
+            batch = batch.to(device)
+            sync = i == len(micro) - 1 or dd.world == 1  # DDP reduces the gradients at the last micro-batch only
+            accumulate = contextlib.nullcontext() if sync else self.train_module.no_sync()
+            with accumulate, autocast(device, self.t.precision):
+                loss, nll = self.train_module(batch.src, batch.tgt_in, batch.tgt_out)
+            self.scaler.scale(loss * (dd.world / update_tokens)).backward()
+            loss_sum += float(loss.detach())
+            nll_sum += float(nll.detach())
+        loss_sum, nll_sum = dd.all_sum([loss_sum, nll_sum], device)
+        return loss_sum, nll_sum
+
+    def _skip_update(self) -> None:
+        """A non-finite loss skips its update; train.max_bad_updates of them in a row stop the run with one line
+        naming its last good checkpoint."""
+        self.optimizer.zero_grad(set_to_none=True)
+        self.bad_updates += 1
+        update = self.state.step + 1
+        self.logger.message(f"update {update}: non-finite loss, update skipped ({self.bad_updates} in a row)")
+        if self.bad_updates >= self.t.max_bad_updates:
+            self.logger.close()
+            last = self.checkpoints.last or "not yet written"
+            raise UserError(f"{self.bad_updates} non-finite losses in a row at update {update}: stopping; the last "
+                            f"good checkpoint is {last} (try a lower learning rate or fp32)")
+
+    def _after_update(self) -> str:
+        """The update's log line, validation and checkpoint; returns the stopping rule that ends the run after it.
+        The stopping rules come after the validation (patience counts it) and before the save: the last update's
+        checkpoint is written once, by ``_end``, after its own validation. The first update of every invocation is
+        logged by itself, as a new run's update 1 is: a resumed run reports at once."""
+        state, t = self.state, self.t
+        if state.step % t.log_every == 0 or state.step == self.first_step + 1:
+            self._log_window()
+        else:
+            self.logger.advance(state.step)
+        paused = time.monotonic()
+        if state.step % t.validate_every == 0 and self.data.dev is not None:
+            self.validate()
+        stopped_by = self.stop_reason()
+        if state.step % t.save_every == 0 and not stopped_by:
+            self.checkpoints.save(state)
+        self.window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
+        return stopped_by
+
+    def _log_window(self, last: bool = False) -> None:
+        """The log line and record of the updates since the last one (``LogWindow.log``), on every rank."""
+        self.dd.together(lambda: self.window.log(self.state, self.lr, self.logger, self.device, last=last),
+                         self.device, f"write {self.logger.metrics_path}")
+
+    def validate(self) -> None:
+        """Dev loss / perplexity and (optionally) dev BLEU, on rank 0: the state takes the scores
+        (``TrainState.add_validation``: best scores, patience count, ``state.dev``, which stays None off rank 0),
+        checkpoint_best.pt is saved when they improve on the best, and every rank takes the early-stopping state."""
+        state = self.state
+        state.dev = None
+
+        def score_and_record() -> None:  # rank 0; its failed write (checkpoint_best.pt) stops every rank
+            dev = dev_scores(self.model, self.data, self.cfg, self.device, state.step)
+            if state.add_validation(dev):
+                self.checkpoints.save_best(state)  # with these weights' own scores, now the best
+            record = validation_record(dev, state.best_bleu)
+            self.logger.record(record, None)
+            self.logger.message(validation_line(record))
+
+        self.dd.on_main(score_and_record, self.device, f"save the validation of update {state.step}")
+        share_early_stopping(self.dd, state)
+
+    # -- the end -----------------------------------------------------------------------------------------------------
+
+    def _end(self, stopped_by: str, signal: str | None) -> TrainResult:
+        """The window that the end cut short (off the log_every grid), logged at the last update; the last update
+        validated, then its checkpoint saved (a resumed run starts after it and does not log these updates again);
+        the average of the last checkpoints (an interrupted run averages when it ends); the summary line."""
+        state, t, dd = self.state, self.t, self.dd
+        if self.window.updates:
+            self._log_window(last=True)
+        if self.data.dev is not None and state.step % t.validate_every != 0 and stopped_by != "signal" \
+                and state.step > 0:
+            self.validate()
+        if self.checkpoints.last != ckpt.step_checkpoint_path(self.run_dir, state.step):
+            self.checkpoints.save(state, stopped_by)
+        if t.average_last > 0 and stopped_by != "signal":
+            dd.on_main(lambda: average_last(self.run_dir, t, self.logger.message), self.device,
+                       "average the last checkpoints")
+        self.logger.close()  # the bar first: the summary is the last line on screen
+        self.logger.message(
+            f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
+            + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
+            + (f"checkpoint {self.checkpoints.last}" if stopped_by == "signal"  # the CLI then says how to resume
+               else checkpoint_to_use(self.run_dir, t, self.data.directory, self.cfg.data.src_lang))
         )
-    # Only an interrupted run's off-grid checkpoint is superseded: a finished run's last checkpoint (max_steps,
-    # max_time or patience off the grid), continued by --more-steps or a raised limit, is a result the user may have
-    # reported. The checkpoint says why its run ended; one from before it did counts as finished when this config's
-    # rules are met (finished), else as interrupted.
-    interrupted_at = _off_grid_step(found) if _was_interrupted(found, finished) else None
-    checkpoints = Checkpoints(run_dir, t, dd, model=model, optimizer=optimizer, scaler=scaler, device=device,
-                              config=config_to_dict(cfg), vocab=vocab_info, train_data=trained_on,
-                              interrupted_at=interrupted_at)
-    logger = Logger(run_dir, dd.is_main, progress, t.max_steps, state.step, tensorboard=t.tensorboard)
-    window = LogWindow(ThroughputMonitor())
-    bad_updates = 0  # non-finite losses in a row
-
-    # -- the loop: one update per pass ------------------------------------------------------------------------------
-    model.train()
-    stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
-    startup.close()
-    with StopSignal() as stop_signal:
-        while not stopped_by:
-            if not dd.all_true(stop_signal.requested is None, device):  # every rank stops at the same update
-                stopped_by = "signal"
-                break
-
-            # forward and backward over update_freq micro-batches (gradients accumulate). An update does not span
-            # two epochs (as in fairseq): the epoch's last one takes only the batches left, so max_epochs stops at the
-            # epoch's end and a run resumed there groups its batches as an uninterrupted one does.
-            micro = [batches.next()]
-            while len(micro) < t.update_freq and not batches.epoch_done:
-                micro.append(batches.next())
-            update_tokens = sum(b.global_tgt_tokens for b in micro)
-            lr = learning_rate(t, cfg.model.d_model, state.step + 1, state.budget_progress(t.max_time))
-            for group in optimizer.param_groups:
-                group["lr"] = lr
-            loss_sum, nll_sum = 0.0, 0.0
-            for i, batch in enumerate(micro):
-                batch = batch.to(device)
-                sync = i == len(micro) - 1 or dd.world == 1
-                with (contextlib.nullcontext() if sync else train_module.no_sync()), autocast(device, t.precision):
-                    loss, nll = train_module(batch.src, batch.tgt_in, batch.tgt_out)
-                # Normalise by the global token count of the whole update; DDP averages over ranks, hence * world.
-                scaler.scale(loss * (dd.world / update_tokens)).backward()
-                loss_sum += float(loss.detach())
-                nll_sum += float(nll.detach())
-
-            # Each rank summed its own share of the update: the update's loss is the sum over the ranks (a non-finite
-            # loss on any rank is then non-finite on all, so all skip the update; max_bad_updates in a row stop the run)
-            loss_sum, nll_sum = dd.all_sum([loss_sum, nll_sum], device)
-            if not math.isfinite(loss_sum):
-                optimizer.zero_grad(set_to_none=True)
-                bad_updates += 1
-                logger.message(f"update {state.step + 1}: non-finite loss, update skipped ({bad_updates} in a row)")
-                if bad_updates >= t.max_bad_updates:
-                    logger.close()
-                    last = checkpoints.last or "not yet written"
-                    raise UserError(
-                        f"{bad_updates} non-finite losses in a row at update {state.step + 1}: stopping; the last "
-                        f"good checkpoint is {last} (try a lower learning rate or fp32)"
-                    )
-                stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
-                continue
-            bad_updates = 0
-
-            # the update
-            if t.clip_norm > 0:
-                scaler.unscale_(optimizer)
-                torch.nn.utils.clip_grad_norm_(model.parameters(), t.clip_norm)
-            scaler.step(optimizer)
-            scaler.update()
-            optimizer.zero_grad(set_to_none=True)
-            state.step += 1
-            state.tokens += update_tokens
-            window.add(loss_sum, nll_sum, update_tokens, sum(b.global_src_tokens for b in micro))
-
-            # log, validate, save; the stopping rules come after the validation (patience counts it) and before
-            # the save: the last update's checkpoint is written once, below, after its own validation
-            if state.step % t.log_every == 0 or state.step == 1:
-                dd.together(lambda: window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger,
-                                               device.type), device, f"write {logger.metrics_path}")
-            else:
-                logger.advance(state.step)
-            paused = time.monotonic()
-            if state.step % t.validate_every == 0 and dev_data is not None:
-                validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
-            stopped_by = _stop_reason(t, state, dd, device, batches.epoch_done)
-            if state.step % t.save_every == 0 and not stopped_by:
-                checkpoints.save(state)
-            window.start += time.monotonic() - paused  # tokens/s is the training speed: validation does not count
-
-    # -- the end: the last log window, the last update validated, then its checkpoint, the average of the last
-    # checkpoints. The window that the end cut short (off the log_every grid) is logged at the last update, whose
-    # checkpoint is saved below: a resumed run starts after it and does not log these updates again.
-    if window.updates:
-        dd.together(lambda: window.log(state, lr, state.elapsed(), peak_memory_mb(device), logger, device.type,
-                                       last=True), device, f"write {logger.metrics_path}")
-    if dev_data is not None and state.step % t.validate_every != 0 and stopped_by != "signal" and state.step > 0:
-        validate(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints)
-    if checkpoints.last != ckpt.step_checkpoint_path(run_dir, state.step):
-        checkpoints.save(state, stopped_by)
-    if t.average_last > 0 and stopped_by != "signal":  # an interrupted run averages when it ends
-        dd.on_main(lambda: average_last(run_dir, t, logger.message), device, "average the last checkpoints")
-    logger.close()  # the bar first: the summary is the last line on screen
-    logger.message(
-        f"stopped by {stopped_by} at update {state.step} (epoch {state.epoch + 1}) after {state.elapsed():.0f}s; "
-        + (f"best dev BLEU {state.best_bleu:.2f}; " if state.best_bleu is not None else "")
-        + (f"checkpoint {checkpoints.last}" if stopped_by == "signal"  # the CLI then says how to resume
-           else checkpoint_to_use(run_dir, t, data_dir, cfg.data.src_lang))
-    )
-    dd.barrier()
-    seconds = time.monotonic() - start_time
-    return TrainResult(run_dir, state.step, state.epoch, stopped_by, state.best_bleu, checkpoints.last, n_params,
-                       state.tokens, seconds, peak_memory_mb(device), state.elapsed_before + seconds,
-                       state.run_tokens(), t.max_steps, stop_signal.requested)
+        dd.barrier()
+        seconds = time.monotonic() - self.session.started
+        return TrainResult(self.run_dir, state.step, state.epoch, stopped_by, state.best_bleu, self.checkpoints.last,
+                           self.n_params, state.tokens, seconds, peak_memory_mb(self.device),
+                           state.elapsed_before + seconds, state.run_tokens(), t.max_steps, signal)
 
 
 def initial_model(cfg: Config, vocab: Vocab) -> Seq2Seq:
@@ -472,70 +399,3 @@ def _dry_run(cfg: Config, dd: Distributed) -> TrainResult:
         print(f"tokens per update: <= {tokens_per_update:,} source and <= {tokens_per_update:,} target "
               f"({t.max_tokens:,} per batch x update_freq {t.update_freq} across all {dd.world} process(es))")
     return TrainResult(Path(t.run_dir), 0, 0, "dry_run", None, None, count_parameters(model))
-
-
-def _pairs_over(data: Any, indices: Any, max_tokens: int) -> int:
-    """How many of the pairs ``indices`` have a side of more than ``max_tokens`` tokens with its eos (make_batches
-    gives each of them a batch of its own)."""
-    src = np.asarray(data.src_lengths)[indices] + 1
-    tgt = np.asarray(data.tgt_lengths)[indices] + 1
-    return int(np.count_nonzero((src > max_tokens) | (tgt > max_tokens)))
-
-
-def _was_interrupted(found: tuple[Path, dict] | None, finished: str) -> bool:
-    """Whether the checkpoint a run resumes from was saved because a signal stopped it (not because the run ended):
-    its ``stopped_by``, or for a checkpoint from before that was recorded, whether this config has not finished it."""
-    if found is None:
-        return False
-    stopped_by = found[1].get("stopped_by")
-    return stopped_by == "signal" if stopped_by is not None else not finished
-
-
-def _off_grid_step(found: tuple[Path, dict] | None) -> int | None:
-    """The update of the checkpoint a run resumes from when it lies off the save grid of the invocation that wrote
-    it (saved by a signal): superseded once this run saves past it."""
-    if found is None:
-        return None
-    step = found[1].get("step")
-    every = found[1].get("config", {}).get("train", {}).get("save_every")
-    return step if isinstance(step, int) and isinstance(every, int) and every > 0 and step % every else None
-
-
-def _stop_reason(
-    t: TrainConfig, state: TrainState, dd: Distributed, device: torch.device, epoch_done: bool = False
-) -> str:
-    """The stopping rule that ends the run before another update ("" while none does); the same on every rank.
-    ``epoch_done``: the current epoch's last batch has been trained (``state.epoch`` counts up only when the next
-    epoch's first batch is drawn, so without it max_epochs would train one update of the next epoch)."""
-    if t.max_steps is not None and state.step >= t.max_steps:
-        return "max_steps"
-    if t.max_epochs is not None and state.epoch + int(epoch_done) >= t.max_epochs:
-        return "max_epochs"
-    if t.max_time is not None and dd.all_true(state.elapsed() >= t.max_time, device):
-        return "max_time"
-    if t.patience is not None and state.bad_validations >= t.patience:
-        return "patience"
-    return ""
-
-
-def _unfinished_target(t: TrainConfig, state: TrainState, epoch_done: bool = False) -> str:
-    """Where an unfinished run trains to, in words: its stopping rules that end a run by themselves."""
-    targets = []
-    if t.max_steps is not None:
-        targets.append(f"to update {t.max_steps} (now at {state.step})")
-    if t.max_epochs is not None:
-        targets.append(f"for {t.max_epochs} epoch(s) ({state.epoch + int(epoch_done)} done)")
-    if t.max_time is not None:
-        targets.append(f"for {t.max_time:g}s (it has trained {state.elapsed_before:.0f}s)")
-    return "it trains " + " or ".join(targets)  # Config.validate requires one of them
-
-
-def _finished_because(reason: str, t: TrainConfig, state: TrainState, epoch_done: bool = False) -> str:
-    """Why a resumed run has nothing left to train, in words (``reason`` from ``_stop_reason``)."""
-    if reason == "max_steps":
-        return f"it is at update {state.step}, and train.max_steps is {t.max_steps}"
-    if reason == "max_epochs":
-        return f"it has trained {state.epoch + int(epoch_done)} epoch(s), and train.max_epochs is {t.max_epochs}"
-    if reason == "max_time":
-        return f"it has trained {state.elapsed_before:.0f}s, and train.max_time is {t.max_time:g}s"
-    return f"its last {state.bad_validations} validations did not improve, and train.patience is {t.patience}"

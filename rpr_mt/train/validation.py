@@ -1,4 +1,5 @@
-"""Validation during training: dev loss and perplexity, dev BLEU, and what a validation does to the run state."""
+"""Validation during training: dev loss and perplexity, dev BLEU, their record and report line, and the early-stopping
+state shared by the ranks (the trainer's ``Trainer.validate`` puts them together)."""
 
 from __future__ import annotations
 
@@ -15,10 +16,9 @@ from rpr_mt.config import Config, is_pretokenized
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.model.transformer import Seq2Seq
 from rpr_mt.train.batching import collate, make_batches, usable_examples
-from rpr_mt.train.checkpointing import Checkpoints
+from rpr_mt.train.context import RunData
 from rpr_mt.train.device import autocast
 from rpr_mt.train.distributed import Distributed
-from rpr_mt.train.logger import Logger
 from rpr_mt.train.loss import TranslationLoss
 from rpr_mt.train.state import TrainState
 
@@ -44,8 +44,9 @@ def dev_bleu(
 ) -> tuple[float, float | None, int] | None:
     """sacreBLEU of the first ``valid_max_sentences`` dev lines, decoded with ``valid_beam_size``, the 1st
     percentile of their output/source length ratio in pieces (``length_ratio_floor``: translate warns when many
-    outputs fall below it), and how many lines were scored (fewer than the cap on a small dev set). On Multi30k's tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's,
-    on the text as it is (sacreBLEU's tokenizer would split it again and warn at every validation)."""
+    outputs fall below it), and how many lines were scored (fewer than the cap on a small dev set). On Multi30k's
+    tokenized text (``data.multi30k_text: tok``) the BLEU is the literature's, on the text as it is (sacreBLEU's
+    tokenizer would split it again and warn at every validation)."""
     from sacrebleu.metrics import BLEU
 
     from rpr_mt.decode.translate import read_lines, translate_lines
@@ -70,41 +71,45 @@ def length_ratio_floor(sources: list[str], hypotheses: list[str], encode: Callab
     return float(np.percentile(ratios, 1)) if ratios else None
 
 
-def validate(model: Seq2Seq, vocab: Vocab, dev_data, data_dir: Path, cfg: Config, device: torch.device,
-             dd: Distributed, state: TrainState, logger: Logger, checkpoints: Checkpoints) -> None:
-    """Dev loss / perplexity and (optionally) dev BLEU; the state takes the scores (``TrainState.add_validation``:
-    best scores, patience count, ``state.dev``, which stays None off rank 0) and checkpoint_best.pt is saved when
-    they improve on the best."""
+def dev_scores(model: Seq2Seq, data: RunData, cfg: Config, device: torch.device, step: int) -> dict[str, Any]:
+    """The validation of the weights at update ``step`` (what ``TrainState.add_validation`` takes): dev NLL, dev
+    BLEU when train.valid_bleu (None otherwise), the sentences scored, the beam, and the 1st percentile of the
+    output/source length ratio (``length_ratio_p01``, read back by ``load_for_inference`` for translate's
+    short-output warning) when BLEU was measured."""
     t = cfg.train
-    indices = usable_examples(dev_data, cfg.model.max_positions)
-    record: dict[str, Any] = {"step": state.step}
-    state.dev = None
+    nll, _ = evaluate_loss(model, data.dev, usable_examples(data.dev, cfg.model.max_positions), cfg, device)
+    bleu = floor = None
+    sentences = t.valid_max_sentences
+    if t.valid_bleu:
+        scores = dev_bleu(model, data.vocab, data.directory, cfg, device)
+        if scores is not None:
+            bleu, floor, sentences = scores
+    dev = {"step": step, "nll": nll, "bleu": bleu, "sentences": sentences, "beam_size": t.valid_beam_size}
+    if floor is not None:
+        dev["length_ratio_p01"] = floor
+    return dev
 
-    def score_and_record() -> None:  # rank 0; its failed write (checkpoint_best.pt) stops every rank
-        nll, _ = evaluate_loss(model, dev_data, indices, cfg, device)
-        record.update(dev_nll=nll, dev_ppl=math.exp(min(nll, 50.0)))
-        bleu = floor = None
-        sentences = t.valid_max_sentences
-        if t.valid_bleu:
-            scores = dev_bleu(model, vocab, data_dir, cfg, device)
-            if scores is not None:
-                bleu, floor, sentences = scores
-                record["dev_bleu"] = bleu
-        dev = {"step": state.step, "nll": nll, "bleu": bleu, "sentences": sentences,
-               "beam_size": t.valid_beam_size}
-        if floor is not None:  # read back by load_for_inference: translate's short-output warning
-            dev["length_ratio_p01"] = floor
-        if state.add_validation(dev):
-            checkpoints.save_best(state)  # with these weights' own scores, now the best
-        record["best_dev_bleu"] = state.best_bleu
-        logger.record(record, None)
-        logger.message(
-            f"validation at update {state.step}: dev nll {nll:.3f} | ppl {record['dev_ppl']:.2f}"
-            + (f" | dev BLEU {bleu:.2f} (best {state.best_bleu:.2f})" if bleu is not None else "")
-        )
 
-    dd.on_main(score_and_record, device, f"save the validation of update {state.step}")
-    if dd.world > 1:  # share the early-stopping state so every rank stops together
+def validation_record(dev: dict[str, Any], best_bleu: float | None) -> dict[str, Any]:
+    """The metrics.jsonl record of validation ``dev`` (``dev_scores``), with the run's best dev BLEU after it."""
+    record = {"step": dev["step"], "dev_nll": dev["nll"], "dev_ppl": math.exp(min(dev["nll"], 50.0))}
+    if dev["bleu"] is not None:
+        record["dev_bleu"] = dev["bleu"]
+    record["best_dev_bleu"] = best_bleu
+    return record
+
+
+def validation_line(record: dict[str, Any]) -> str:
+    """The report's line of a validation record (``validation_record``)."""
+    bleu = (f" | dev BLEU {record['dev_bleu']:.2f} (best {record['best_dev_bleu']:.2f})" if "dev_bleu" in record
+            else "")
+    return (f"validation at update {record['step']}: dev nll {record['dev_nll']:.3f} | ppl {record['dev_ppl']:.2f}"
+            + bleu)
+
+
+def share_early_stopping(dd: Distributed, state: TrainState) -> None:
+    """Rank 0's best scores and patience count on every rank, so that every rank stops at the same update."""
+    if dd.world > 1:
         shared = [state.best_bleu, state.best_loss, state.bad_validations]
         dist.broadcast_object_list(shared, src=0)
         state.best_bleu, state.best_loss, state.bad_validations = shared

@@ -6,6 +6,7 @@ import time
 
 import torch
 
+from rpr_mt.train.device import peak_memory_mb
 from rpr_mt.train.logger import Logger
 from rpr_mt.train.state import TrainState
 from rpr_mt.train.throughput import ThroughputMonitor, slowdown_warning
@@ -30,8 +31,7 @@ class LogWindow:
         self.tgt += tgt
         self.src += src
 
-    def log(self, state: TrainState, lr: float, elapsed: float, peak_mb: float, logger: Logger,
-            device_type: str, last: bool = False) -> None:
+    def log(self, state: TrainState, lr: float, logger: Logger, device: torch.device, last: bool = False) -> None:
         """The line and record of the updates since the last one, at ``state.step``. ``last``: the run's last
         window, cut short by its end (off the log_every grid): its rate is not fed to the slowdown check, which
         could only warn as the run ends."""
@@ -40,7 +40,7 @@ class LogWindow:
         record = {
             "step": step, "epoch": state.epoch + 1, "loss": self.loss / max(self.tgt, 1),
             "nll": self.nll / max(self.tgt, 1), "lr": lr, "tgt_tok_s": self.tgt / seconds,
-            "src_tok_s": self.src / seconds, "elapsed": elapsed, "peak_mem_mb": peak_mb,
+            "src_tok_s": self.src / seconds, "elapsed": state.elapsed(), "peak_mem_mb": peak_memory_mb(device),
         }
         logger.record(record, (
             f"update {step} | epoch {state.epoch + 1} | loss {record['loss']:.3f} | lr {lr:.2e} | "
@@ -48,6 +48,6 @@ class LogWindow:
             f"{record['elapsed']:.0f}s | peak {record['peak_mem_mb']:,.0f} MB"))
         logger.advance(step, {"loss": f"{record['loss']:.3f}", "lr": f"{lr:.1e}", "tok/s": f"{record['tgt_tok_s']:,.0f}"})
         if not self.first and not last and (reference := self.monitor.observe(record["tgt_tok_s"])) is not None:
-            logger.message(slowdown_warning(record["tgt_tok_s"], reference, step, device_type, torch.get_num_threads()))
+            logger.message(slowdown_warning(record["tgt_tok_s"], reference, step, device.type, torch.get_num_threads()))
         self.first = False
         self.reset()

@@ -249,9 +249,9 @@ def train_steps(run_dir: Path) -> list[int]:
     return [r["step"] for r in metrics(run_dir) if "loss" in r]
 
 
-def fixed_validation(model, vocab, dev_data, data_dir, cfg, device, dd, state, logger, checkpoints) -> None:
+def fixed_validation(run: trainer.Trainer) -> None:
     """A validation whose dev NLL never changes: the first improves on none, each later one is a bad one."""
-    state.add_validation({"step": state.step, "nll": 1.0, "bleu": None})
+    run.state.add_validation({"step": run.state.step, "nll": 1.0, "bleu": None})
 
 
 @pytest.mark.parametrize("stop, sections, steps", [
@@ -263,7 +263,7 @@ def test_the_last_log_window_is_logged_when_the_run_ends_off_the_log_grid(tmp_pa
                                                                           sections, steps):
     """The updates after the last multiple of log_every were never logged (up to log_every - 1 updates of train
     loss missing from metrics.jsonl, TensorBoard and `rpr-mt plot`): the end logs them at its update."""
-    monkeypatch.setattr(trainer, "validate", fixed_validation)
+    monkeypatch.setattr(trainer.Trainer, "validate", fixed_validation)
     raw = tiny(demo_data, tmp_path / "run", train={"log_every": 5, "save_every": 1000, "validate_every": 1000,
                                                     "valid_bleu": False, **sections})
     result, err = run(raw, progress=False)
@@ -299,9 +299,24 @@ def test_a_run_stopped_off_the_log_grid_logs_its_last_window_once(tmp_path, demo
     assert stopped.stopped_by == "signal" and stopped.step == 7
     assert train_steps(tmp_path / "run") == [1, 5, 7]
     assert run(raw, progress=False)[0].step == 12
-    assert train_steps(tmp_path / "run") == [1, 5, 7, 10, 12]
+    assert train_steps(tmp_path / "run") == [1, 5, 7, 8, 10, 12]  # 8: the resumed invocation's first update
     run(raw, progress=False)
-    assert train_steps(tmp_path / "run") == [1, 5, 7, 10, 12]
+    assert train_steps(tmp_path / "run") == [1, 5, 7, 8, 10, 12]
+
+
+def test_the_first_update_after_a_resume_is_logged_as_a_new_runs_first(tmp_path, demo_data):
+    """A resumed run reports its first update at once, as a new run reports update 1, instead of staying silent
+    until the next multiple of log_every; the record covers that update alone (the same as a log_every 1 run's)."""
+    sections = {"log_every": 4, "save_every": 1000, "validate_every": 1000, "valid_bleu": False}
+    run(tiny(demo_data, tmp_path / "run", train={**sections, "max_steps": 6}), progress=False)
+    result, err = run(tiny(demo_data, tmp_path / "run", train={**sections, "max_steps": 12}), progress=False)
+    assert result.step == 12 and train_steps(tmp_path / "run") == [1, 4, 6, 7, 8, 12]
+    lines = err.splitlines()
+    resumed = next(i for i, line in enumerate(lines) if line.startswith("resuming from"))
+    assert lines[resumed + 1].startswith("update 7 | epoch 1 | loss"), lines[resumed:]
+    run(tiny(demo_data, tmp_path / "every", train={**sections, "max_steps": 7, "log_every": 1}), progress=False)
+    ours, theirs = ({r["step"]: r for r in metrics(tmp_path / name) if "loss" in r}[7] for name in ("run", "every"))
+    assert (ours["loss"], ours["nll"]) == (theirs["loss"], theirs["nll"])
 
 
 def test_the_summary_is_the_last_line_after_the_progress_bar(finished):
