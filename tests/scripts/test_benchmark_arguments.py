@@ -34,6 +34,9 @@ CASES = [
     ("bench_gpu_train.py", ["--vocab", "4"], "argument --vocab: must be >= 16 (got 4)"),
     ("bench_loss.py", ["--vocab", "0"], "argument --vocab: must be >= 2 (got 0)"),
     ("bench_loss.py", ["--rounds", "0"], "argument --rounds: must be >= 1 (got 0)"),
+    ("bench_peers.py", ["--toolkit", "onmt", "--minutes", "0"], "argument --minutes: must be a finite number > 0 (got 0)"),
+    ("bench_peers.py", ["--toolkit", "moses"], "argument --toolkit: invalid choice: 'moses'"),
+    ("bench_peers.py", ["--toolkit", "fairseq", "--max-updates", "0"], "argument --max-updates: must be >= 1 (got 0)"),
     ("bench_roofline.py", ["--updates", "0"], "argument --updates: must be >= 1 (got 0)"),
     ("bench_roofline.py", ["--max-tokens", "-5"], "argument --max-tokens: must be >= 1 (got -5)"),
     ("bench_roofline.py", ["--goal", "0"], "argument --goal: must be a finite number > 0 (got 0)"),
@@ -73,6 +76,8 @@ CASES = [
     ("bench_recase.py", ["--hyp", "xx:test.hyp"], "argument --hyp: expected LANG:FILE with LANG one of en, de, fr"),
     ("bench_recase.py", ["--multi30k-dir", "{tmp}", "--langs", "fr", "--hyp", "de:{tmp}/t.hyp"],
      "error: {tmp}/train.fr.gz not found"),
+    ("bench_peers.py", ["--toolkit", "onmt", "--venv", "{tmp}/venv", "--out", "{tmp}/out"],
+     "error: {tmp}/venv/bin/python not found: install the peer in {tmp}/venv"),
     ("probe_heap.py", ["--every", "0", "--", "--version"], "argument --every: must be a finite number > 0 (got 0)"),
     ("probe_heap.py", ["--trim"], "give the rpr-mt command to run after --"),
 ]
