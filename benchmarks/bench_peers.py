@@ -48,6 +48,7 @@ import subprocess
 import sys
 import threading
 import time
+import zipfile
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
@@ -132,7 +133,7 @@ def onmt_config(work: Path, run: Path, *, max_updates: Optional[int], save_every
         "seed": 1,
         "train_steps": max_updates or 1_000_000,  # the wall clock ends the run
         "valid_steps": 1000,  # as rpr-mt's recipe (validate_every 1000)
-        "report_every": 50,
+        "report_every": 10,  # the updates after the last report, up to 9, are not counted
         "world_size": 1, "gpu_ranks": [],  # CPU
         "num_workers": 0,
         # examples read per bucket before batching: the default, 262,144, read Multi30k's 29,000 pairs 9 times over
@@ -482,7 +483,9 @@ def run_onmt(args, work: Path, run: Path) -> tuple[Finished, Progress, dict[str,
     finished = run_measured([venv_tool(venv, "onmt_train"), "-config", str(config)], run / "train.log", env,
                             budget=args.minutes * 60)
     progress = parse_onmt_log(open(run / "train.log", errors="replace"))
-    chosen = last_checkpoints(run.glob("model_step_*.pt"), r"model_step_(\d+)\.pt")
+    # SIGTERM can land inside a save: a cut-off file is not a whole zip archive (torch's format), and is left out
+    whole = [path for path in run.glob("model_step_*.pt") if zipfile.is_zipfile(path)]
+    chosen = last_checkpoints(whole, r"model_step_(\d+)\.pt")
     if not chosen:
         raise UserError(f"OpenNMT-py saved no checkpoint in {run} (see {run / 'train.log'})")
     model = chosen[-1]
@@ -559,7 +562,8 @@ def run_rpr_mt(args, work: Path, run: Path, data_dir: Path) -> tuple[Finished, P
         args.toolkit, work, run / "run", data_dir, minutes=args.minutes, max_updates=args.max_updates,
         save_every=args.save_every), run / "train.log", env, budget=args.minutes * 60, grace=300)
     progress = parse_rpr_mt_metrics(open(run / "run" / "metrics.jsonl"))
-    which = "average" if (run / "run" / "average.pt").is_file() else "last"
+    # train.average_last's mean of the last 10 checkpoints (rpr_mt/checkpoints.py names it), else the last
+    which = "average" if (run / "run" / "checkpoints" / "checkpoint_avg.pt").is_file() else "last"
     hyps = {}
     for split in SPLITS:
         out = run / f"hyp.{split}.txt"
