@@ -49,7 +49,7 @@ import sys
 import threading
 import time
 import zipfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Iterable, Optional
 
@@ -255,6 +255,16 @@ def parse_rpr_mt_metrics(lines: Iterable[str]) -> Progress:
         progress.tgt_tokens += record["tgt_tok_s"] * (record["elapsed"] - last_elapsed)
         progress.updates, last_elapsed = int(record["step"]), record["elapsed"]
     return progress
+
+
+def rpr_mt_stop_reason(lines: Iterable[str]) -> Optional[str]:
+    """Why ``rpr-mt train`` ended ("stopped by max_time at update 5321 ..."): max_time where the hour ran out before
+    the recipe's updates, max_steps where they were done within it."""
+    for line in lines:
+        match = re.match(r"stopped by (\w+) at update", line)
+        if match:
+            return match.group(1)
+    return None
 
 
 def parse_fairseq_hypotheses(lines: Iterable[str]) -> list[str]:
@@ -496,7 +506,8 @@ def run_onmt(args, work: Path, run: Path) -> tuple[Finished, Progress, dict[str,
     hyps = {}
     for split in SPLITS:
         out = run / f"hyp.{split}.pieces"
-        run_step([venv_tool(venv, "onmt_translate"), "-model", str(model), "-src", str(work / "pieces" / f"{split}.{SRC}"),
+        source = work / "pieces" / f"{split}.{SRC}"
+        run_step([venv_tool(venv, "onmt_translate"), "-model", str(model), "-src", str(source),
                   "-output", str(out), "-beam_size", str(BEAM), "-batch_size", "64", "-batch_type", "sents"],
                  run / f"translate.{split}.log", env)
         hyps[split] = out
@@ -571,7 +582,8 @@ def run_rpr_mt(args, work: Path, run: Path, data_dir: Path) -> tuple[Finished, P
                                      "--split", split, "--save-hyp", str(out), "--no-progress", "--json"],
                  run / f"translate.{split}.log", env)
         hyps[split] = out
-    return finished, progress, hyps, {"which": which}
+    stopped = rpr_mt_stop_reason(open(run / "train.log", errors="replace"))
+    return finished, progress, hyps, {"which": which, "trainer_stopped_by": stopped}
 
 
 def toolkit_version(toolkit: str, venv: Optional[Path]) -> str:
@@ -584,7 +596,8 @@ def toolkit_version(toolkit: str, venv: Optional[Path]) -> str:
     package = {"onmt": "OpenNMT-py", "fairseq": "fairseq"}[toolkit]
     python = str((venv or DEFAULT_VENVS[toolkit]) / "bin" / "python")
     probe = ("import importlib.metadata as m, sys; "
-             f"print('{package}', m.version('{package}'), 'torch', m.version('torch'), 'Python', sys.version.split()[0])")
+             f"print('{package}', m.version('{package}'), 'torch', m.version('torch'), "
+             "'Python', sys.version.split()[0])")
     done = subprocess.run([python, "-c", probe], capture_output=True, text=True)
     return done.stdout.strip() or "unknown"
 

@@ -88,7 +88,8 @@ def test_onmt_log_gives_updates_and_target_tokens_from_bsz():
         "[2026-12-06 06:50:23,325 INFO] Saving checkpoint /tmp/smoke/onmt/model_step_20.pt",
         "[2026-12-06 06:51:33,799 INFO] Step 50/   60; acc: 3.6; ppl: 6519.5; xent: 8.8; lr: 0.00013; sents:   13154; "
         "bsz: 3310/3638/263; 957/1052 tok/s;    173 sec;",
-        "[2026-12-06 06:52:33,799 INFO] Step 100/1000000; acc: 9.1; ppl: 900.1; xent: 6.8; lr: 0.00025; sents:   13000; "
+        "[2026-12-06 06:52:33,799 INFO] Step 100/1000000; acc: 9.1; ppl: 900.1; xent: 6.8; lr: 0.00025; "
+        "sents:   13000; "
         "bsz: 3300/3600/260; 1957/2052 tok/s;    233 sec;",
     ]
     progress = peers.parse_onmt_log(log)
@@ -116,9 +117,16 @@ def test_rpr_mt_metrics_give_rate_times_window_seconds_and_skip_validation_recor
     assert progress.updates == 200 and progress.tgt_tokens == 1000 * 10 + 2000 * 5
 
 
+def test_rpr_mt_stop_reason_is_read_from_its_last_line():
+    log = ["update 100 | epoch 1 | loss 9.5", "averaged 10 checkpoints into runs/x/checkpoints/checkpoint_avg.pt",
+           "stopped by max_time at update 5321 (epoch 40) after 3600s; best dev BLEU 40.1; use ..."]
+    assert peers.rpr_mt_stop_reason(log) == "max_time"
+    assert peers.rpr_mt_stop_reason(log[:2]) is None
+
+
 def test_fairseq_hypotheses_come_back_in_input_order_and_a_missing_one_is_an_error():
-    out = ["S-1\t▁a", "H-1\t-0.5\t▁zwei ▁hunde", "D-1\t-0.5\tzwei hunde", "P-1\t-0.1 -0.2", "H-0\t-0.2\t▁ein ▁mann",
-           "H-2\t-0.9\t"]
+    out = ["S-1\t▁a", "H-1\t-0.5\t▁zwei ▁hunde", "D-1\t-0.5\tzwei hunde", "P-1\t-0.1 -0.2",
+           "H-0\t-0.2\t▁ein ▁mann", "H-2\t-0.9\t"]
     assert peers.parse_fairseq_hypotheses(out) == ["▁ein ▁mann", "▁zwei ▁hunde", ""]
     with pytest.raises(UserError, match="no hypothesis for line 1"):
         peers.parse_fairseq_hypotheses(["H-0\t-1\t▁a", "H-2\t-1\t▁b"])
