@@ -131,7 +131,8 @@ def main(argv: list[str] | None = None) -> None:
         export_ctranslate2(source, workdir / "int8", which=args.which, quantization="int8")
         from rpr_mt.checkpoints import load_for_inference
 
-        model, cfg, vocab, resolved = load_for_inference(source, args.which, "cpu")
+        loaded = load_for_inference(source, args.which, "cpu")
+        model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
         src_lang, tgt_lang = (cfg.data.src_lang, cfg.data.tgt_lang) if args.checkpoint else (args.src, args.tgt)
         lines = read_lines(str(SHARED / f"test_2016_flickr.{src_lang}.gz"))[: args.lines]
         references = read_lines(str(SHARED / f"test_2016_flickr.{tgt_lang}.gz"))[: len(lines)]

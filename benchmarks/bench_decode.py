@@ -73,8 +73,8 @@ def models(args, workdir: Path, device: torch.device):
         from rpr_mt.checkpoints import load_for_inference
 
         for path in args.checkpoint:
-            model, config, vocab, resolved = load_for_inference(path, args.which, device)
-            yield f"{config.model.positions} ({resolved.name})", model, vocab
+            loaded = load_for_inference(path, args.which, device)
+            yield f"{loaded.config.model.positions} ({loaded.checkpoint.name})", loaded.model, loaded.vocab
         return
     from rpr_mt.model.transformer import Seq2Seq
 

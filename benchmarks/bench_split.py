@@ -61,7 +61,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.threads:
         torch.set_num_threads(args.threads)
     device = torch.device(args.device)
-    model, cfg, vocab, resolved = load_for_inference(args.checkpoint, args.which, device)
+    loaded = load_for_inference(args.checkpoint, args.which, device)
+    model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
     lines = read_lines(args.input) if args.input else QUICK_LINES
     lines = lines[: args.lines] if args.lines else lines
     changes = {k: v for k, v in {"beam_size": args.beam_size, "max_tokens": args.max_tokens}.items() if v is not None}

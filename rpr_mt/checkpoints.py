@@ -29,16 +29,19 @@ import re
 import shutil
 import tempfile
 import warnings
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Optional
 
 import torch
 
 from rpr_mt.config import Config, config_from_dict, is_pretokenized, model_settings_read, yaml_value
+from rpr_mt.data.prepare import is_prepared, prepared_vocab_sha256
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
 from rpr_mt.host import give_new_file_mode
+from rpr_mt.layouts import CTRANSLATE2_WEIGHTS, exported_from, is_ctranslate2_model
 from rpr_mt.model.upgrade import upgrade_state_dict
 from rpr_mt.text import casing
 
@@ -196,19 +199,15 @@ def checkpoint_folder(path: str | Path) -> Path:
 
 
 def _ctranslate2_export(path: Path) -> str | None:
-    """Why ``path`` (a directory or its model.bin) cannot be used as an rpr-mt checkpoint when it is a CTranslate2
+    """Why ``path`` (a directory or its weights file) cannot be used as an rpr-mt checkpoint when it is a CTranslate2
     model that ``rpr-mt export`` wrote, else None: without this, a user who passed the export to ``translate`` read
     "no checkpoint_best.pt in ..." or a load error."""
     folder = path if path.is_dir() else path.parent
-    if not ((folder / "model.bin").is_file() and (folder / "config.json").is_file()):
+    if not is_ctranslate2_model(folder):
         return None
-    if path.is_file() and path.name != "model.bin":
+    if path.is_file() and path.name != CTRANSLATE2_WEIGHTS:
         return None
-    source = ""
-    try:  # rpr_mt.export.ctranslate2.EXPORT_INFO_FILE: the checkpoint it was exported from
-        source = json.loads((folder / "rpr_mt.json").read_text(encoding="utf-8")).get("checkpoint") or ""
-    except (OSError, ValueError, AttributeError):
-        pass
+    source = exported_from(folder)
     return (f"{path} is a CTranslate2 model, not an rpr-mt checkpoint: decode it with CTranslate2 "
             f"(docs/guide/export.md) or pass " + (f"the checkpoint it was exported from, {source}" if source
                                                          else "the run it was exported from"))
@@ -248,7 +247,7 @@ def prepared_data_of(output_dir: str | Path, checkpoint: str | Path, vocab_sha25
     to the directory it was started from (``data/multi30k_...``). Candidates, in this order: the path itself when
     absolute; else the path below each directory above the checkpoint (the project that trained it, whatever the
     working directory), then the path from the working directory. The first candidate holding prepared data
-    (``manifest.json``) is taken; with ``vocab_sha256`` (the checkpoint's vocabulary) only one prepared with that
+    (``rpr_mt.data.prepare.is_prepared``) is taken; with ``vocab_sha256`` (the checkpoint's vocabulary) only one prepared with that
     SentencePiece model, and candidates with another are a UserError naming them: scoring a model on another
     preparation's text would be silently wrong. With no candidate, the path as saved (for the caller's error)."""
     output_dir = Path(output_dir)
@@ -256,11 +255,11 @@ def prepared_data_of(output_dir: str | Path, checkpoint: str | Path, vocab_sha25
         candidates = [output_dir]
     else:
         candidates = [ancestor / output_dir for ancestor in Path(os.path.abspath(checkpoint)).parents] + [output_dir]
-    prepared = [c for c in candidates if (c / "manifest.json").is_file()]  # rpr_mt.data.prepare.MANIFEST
+    prepared = [c for c in candidates if is_prepared(c)]
     if vocab_sha256 is None:
         return prepared[0] if prepared else output_dir
     for candidate in prepared:
-        if _manifest_vocab_sha256(candidate) == vocab_sha256:
+        if prepared_vocab_sha256(candidate) == vocab_sha256:
             return candidate
     if prepared:
         names = ", ".join(str(c) for c in dict.fromkeys(Path(os.path.abspath(c)) for c in prepared))
@@ -268,15 +267,6 @@ def prepared_data_of(output_dir: str | Path, checkpoint: str | Path, vocab_sha25
                         "model: it is not the data the model was trained on; prepare that data again from the run's "
                         "config, or pass --hyp/--ref")
     return output_dir
-
-
-def _manifest_vocab_sha256(data_dir: Path) -> str | None:
-    """The sha256 of the SentencePiece model a prepared data directory's manifest records (None if unreadable)."""
-    try:
-        manifest = json.loads((data_dir / "manifest.json").read_text(encoding="utf-8"))
-        return manifest["sentencepiece"]["model_sha256"]
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
 
 
 def describe_checkpoint(payload: dict[str, Any]) -> str:
@@ -563,11 +553,24 @@ def model_from_payload(payload: dict[str, Any], config: Config, source: str | Pa
     return model.eval(), vocab
 
 
+@dataclass
+class LoadedModel:
+    """What ``load_for_inference`` returns: a model ready to translate and what comes with it."""
+
+    model: "Seq2Seq"  # eval mode, on the device asked for
+    config: Config  # the run's resolved config, as saved in the checkpoint
+    vocab: Vocab  # the joint SentencePiece vocabulary stored in the checkpoint
+    checkpoint: Path  # the file loaded (a run directory resolves to its best / last / averaged checkpoint)
+    # the dev set's 1st-percentile output/source length ratio, if recorded (an average: its newest validated
+    # input's): translate warns of outputs below it (``min_length_ratio``)
+    length_ratio_floor: Optional[float] = None
+
+
 def load_for_inference(
     path: str | Path, which: str = "best", device: str | torch.device = "cpu",
     report: Callable[[str], None] | None = None,
-) -> tuple["Seq2Seq", Config, Vocab, Path]:
-    """Model (eval mode), config and vocabulary from a checkpoint file or a run directory.
+) -> LoadedModel:
+    """Model (eval mode), config, vocabulary and dev length floor from a checkpoint file or a run directory.
 
     ``report`` receives one line saying which file was loaded and what it holds (``describe_checkpoint``)."""
     resolved = resolve_checkpoint(path, which)
@@ -578,7 +581,5 @@ def load_for_inference(
     model, vocab = model_from_payload(payload, config, resolved)
     if vocab.casing is None:
         vocab.casing = casing_of_data(config, resolved, vocab)
-    # The dev set's 1st-percentile output/source length ratio, if recorded (an average: its newest validated
-    # input's): translate_lines warns below it.
-    model.dev_length_ratio_floor = (payload.get("dev") or payload.get("dev_lengths") or {}).get("length_ratio_p01")
-    return model.to(device), config, vocab, resolved
+    floor = (payload.get("dev") or payload.get("dev_lengths") or {}).get("length_ratio_p01")
+    return LoadedModel(model.to(device), config, vocab, resolved, floor)

@@ -366,7 +366,8 @@ def translate(
         empty = lines.empty()
     if empty:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
         raise UserError(f"{source}: no lines to translate (empty input)")
-    model, cfg, vocab, _ = _load_model(checkpoint, which, device)
+    loaded = _load_model(checkpoint, which, device)
+    model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
     decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, split_sentences)
     if buffer_lines is not None:
         decode = dataclasses.replace(decode, buffer_lines=buffer_lines)
@@ -377,7 +378,7 @@ def translate(
         lines = _TokenizedAsMulti30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
-                                tgt_lang=cfg.data.tgt_lang, total=total)
+                                tgt_lang=cfg.data.tgt_lang, min_length_ratio=loaded.length_ratio_floor, total=total)
     casing = vocab.casing if detokenize and recase else None
     if detokenize:  # raw text in, plain (cased) text out
         from rpr_mt.decode.pretokenize import detokenize_outputs
@@ -533,7 +534,8 @@ def eval_bleu(
         peeked = peek_checkpoint(resolved)
         if peeked is not None:
             src_path, ref = _split_paths(peeked[0], peeked[1], checkpoint, split, ref, save_hyp)
-        model, cfg, vocab, _ = _load_model(checkpoint, which, device)
+        loaded = _load_model(checkpoint, which, device)
+        model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
         pretokenized = is_pretokenized(cfg.data)
         if peeked is None:
             src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
@@ -543,7 +545,8 @@ def eval_bleu(
         _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
         hypotheses = list(
             translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
-                            progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
+                            progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
+                            min_length_ratio=loaded.length_ratio_floor)
         )
         if save_hyp is not None:
             _write_lines(str(save_hyp), hypotheses)
@@ -832,9 +835,9 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
 
 def _manifest_splits(data_dir: Path) -> list[str]:
     """The splits a prepared data directory's manifest lists (none when it has no readable manifest)."""
-    from rpr_mt.data.prepare import MANIFEST, read_manifest
+    from rpr_mt.data.prepare import is_prepared, read_manifest
 
-    if not (data_dir / MANIFEST).is_file():
+    if not is_prepared(data_dir):
         return []
     try:
         splits = read_manifest(data_dir).get("splits")

@@ -66,7 +66,8 @@ def run_one(
     best = None
     for which in candidates:
         try:
-            model, _, vocab, checkpoint = load_for_inference(cfg.train.run_dir, which)
+            loaded = load_for_inference(cfg.train.run_dir, which)
+            model, vocab, checkpoint = loaded.model, loaded.vocab, loaded.checkpoint
         except UserError as err:  # e.g. no averaged checkpoint when train.average_last is 0
             print(f"   skipping checkpoint {which}: {err}", file=sys.stderr, flush=True)
             continue

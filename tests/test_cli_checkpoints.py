@@ -95,7 +95,7 @@ def test_eval_bleu_with_a_checkpoint_names_it(run_dir):
 
 
 def test_eval_bleu_says_when_lang_overrides_the_checkpoints_language(run_dir):
-    tgt_lang = ckpt.load_for_inference(run_dir)[1].data.tgt_lang
+    tgt_lang = ckpt.load_for_inference(run_dir).config.data.tgt_lang
     other = "cs" if tgt_lang != "cs" else "fr"
     result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--split", "test", "--beam-size", "1",
                                  "--lang", other, "--json"])
@@ -125,12 +125,11 @@ def test_an_average_warns_of_short_translations_as_its_newest_validated_input_do
     validated = ckpt.load_checkpoint(ckpt.step_checkpoint_path(run_dir, 12))["dev"]
     output = tmp_path / "avg.pt"
     assert runner.invoke(app, ["average-checkpoints", str(run_dir), "--last", "3", "-o", str(output)]).exit_code == 0
-    model = ckpt.load_for_inference(output)[0]
-    assert model.dev_length_ratio_floor == validated["length_ratio_p01"] is not None
+    assert ckpt.load_for_inference(output).length_ratio_floor == validated["length_ratio_p01"] is not None
     unvalidated = tmp_path / "avg_4_8.pt"
     paths = [str(ckpt.step_checkpoint_path(run_dir, s)) for s in (4, 8)]  # validated at 6 and 12 only
     assert runner.invoke(app, ["average-checkpoints", *paths, "-o", str(unvalidated)]).exit_code == 0
-    assert ckpt.load_for_inference(unvalidated)[0].dev_length_ratio_floor is None
+    assert ckpt.load_for_inference(unvalidated).length_ratio_floor is None
     for path in (unvalidated, ckpt.step_checkpoint_path(run_dir, 8)):
         result = runner.invoke(app, ["translate", "--checkpoint", str(path), "--beam-size", "1"], input="a bird\n")
         assert result.exit_code == 0 and "shorter than" not in result.stderr, result.output

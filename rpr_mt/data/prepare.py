@@ -139,6 +139,20 @@ def read_manifest(data_dir: str | Path) -> dict[str, Any]:
     return manifest
 
 
+def is_prepared(data_dir: str | Path) -> bool:
+    """Whether ``data_dir`` holds prepared data: its manifest, which ``prepare`` writes last, is there."""
+    return (Path(data_dir) / MANIFEST).is_file()
+
+
+def prepared_vocab_sha256(data_dir: str | Path) -> Optional[str]:
+    """The sha256 of the SentencePiece model the manifest of ``data_dir`` records (None when it is missing or
+    unreadable)."""
+    try:
+        return read_manifest(data_dir)["sentencepiece"]["model_sha256"]
+    except (UserError, KeyError, TypeError):
+        return None
+
+
 def training_data_fingerprint(data_dir: str | Path) -> Optional[str]:
     """One sha256 over the checksums its manifest records of the prepared training pairs (``train.*``), or None when
     it records none: what a run's checkpoints keep of the data they were trained on, so that a resume can tell when

@@ -31,7 +31,6 @@ Differences that remain (none shows on outputs that end with eos before the limi
 
 from __future__ import annotations
 
-import json
 import math
 from collections import defaultdict
 from pathlib import Path
@@ -40,7 +39,7 @@ from typing import Any, Optional, Sequence, Union
 from rpr_mt.config import DecodeConfig, config_from_dict
 from rpr_mt.decode.search import Hypothesis, gnmt_length_penalty
 from rpr_mt.errors import UserError
-from rpr_mt.export.ctranslate2 import EXPORT_INFO_FILE
+from rpr_mt.layouts import EXPORT_INFO_FILE, read_export_info
 
 __all__ = ["ExportedTranslator"]
 
@@ -78,11 +77,8 @@ class ExportedTranslator:
         from rpr_mt.data.vocab import Vocab
 
         self.model_dir = Path(model_dir)
+        self.info: dict[str, Any] = read_export_info(self.model_dir)
         info_path = self.model_dir / EXPORT_INFO_FILE
-        if not info_path.is_file():
-            raise UserError(f"{self.model_dir} is not a model directory written by `rpr-mt export` "
-                            f"(no {EXPORT_INFO_FILE})")
-        self.info: dict[str, Any] = json.loads(info_path.read_text(encoding="utf-8"))
         self.max_positions: int = int(self.info["max_positions"])
         self.decode: DecodeConfig = config_from_dict({"decode": self.info["decode"]}, origin=str(info_path)).decode
         self.vocab = Vocab.load(self.model_dir / self.info["sentencepiece_model"])

@@ -136,8 +136,8 @@ def translate_lines(
 
     ``src_lang``/``tgt_lang`` (ISO 639-1): the rules for splitting sentences and for joining their translations
     (``None``: the segmenter's default rules). ``min_length_ratio``: one warning with the count of output lines
-    shorter than that many pieces per source piece when there are more than ``SHORT_RATE`` of them (default: the
-    model's ``dev_length_ratio_floor``, which ``load_for_inference`` sets from the checkpoint's dev statistics).
+    shorter than that many pieces per source piece when there are more than ``SHORT_RATE`` of them (the checkpoint's
+    dev statistic: ``rpr_mt.checkpoints.LoadedModel.length_ratio_floor``; None: no such warning).
     """
     return list(iter_translations(model, vocab, lines, decode=decode, device=device, progress=progress,
                                   full_prefix=full_prefix, src_lang=src_lang, tgt_lang=tgt_lang,
@@ -168,8 +168,6 @@ def iter_translations(
     typed or written on its own is translated at once. The warnings cover the whole input and
     come after the last window. The progress bar counts lines, of ``total`` (default: ``len(lines)`` where ``lines``
     has a length; else none, as for a pipe)."""
-    if min_length_ratio is None:
-        min_length_ratio = getattr(model, "dev_length_ratio_floor", None)
     if torch.device(device).type == "cpu":
         keep_freed_memory()  # decoding reallocates the same beams every step; see rpr_mt.host
     if decode.nbest > decode.beam_size:

@@ -110,7 +110,7 @@ def evaluate_long(
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.data.vocab import Vocab
     from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.checkpoints import load_for_inference
+    from rpr_mt.checkpoints import LoadedModel, load_for_inference
 
     run_dir = Path(cfg.train.run_dir)
     out_path = run_dir / ("long_results_split.json" if split else "long_results.json")
@@ -123,9 +123,8 @@ def evaluate_long(
     # The model is loaded only if a set must be decoded: rescoring hypotheses that are all there (new edges, or a
     # run from results/, whose weights are not kept) needs none.
     @functools.cache
-    def model_and_checkpoint() -> tuple[Any, Path]:
-        model, _, _, checkpoint = load_for_inference(run_dir, "average" if cfg.train.average_last > 1 else "last")
-        return model, checkpoint
+    def loaded_model() -> LoadedModel:
+        return load_for_inference(run_dir, "average" if cfg.train.average_last > 1 else "last")
 
     vocab = Vocab.load(Path(cfg.data.output_dir) / "spm.model")
     decode = dataclasses.replace(cfg.decode, nbest=1, split_sentences=split)
@@ -162,10 +161,11 @@ def evaluate_long(
                 hypotheses = read_lines(hyp_path)
             else:
                 log(f"{run_dir}: decoding {name} ({len(sources)} inputs, up to {max(pieces)} pieces)")
-                model, checkpoint = model_and_checkpoint()
-                record["checkpoint_file"] = checkpoint.name
-                hypotheses = translate_lines(model, vocab, sources, decode=decode, device=torch.device("cpu"),
-                                             src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang)
+                loaded = loaded_model()
+                record["checkpoint_file"] = loaded.checkpoint.name
+                hypotheses = translate_lines(loaded.model, vocab, sources, decode=decode, device=torch.device("cpu"),
+                                             src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
+                                             min_length_ratio=loaded.length_ratio_floor)
                 hyp_path.parent.mkdir(parents=True, exist_ok=True)
                 tmp = hyp_path.with_name(hyp_path.name + ".tmp")
                 tmp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")

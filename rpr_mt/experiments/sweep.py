@@ -471,7 +471,8 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     if result.stopped_by == "signal":
         return result.signal or "SIGINT"  # None: a DDP rank stopped with the rank that received it
     which = "average" if cfg.train.average_last > 1 else "last"
-    model, _, vocab, checkpoint = load_for_inference(run_dir, which)
+    loaded = load_for_inference(run_dir, which)
+    model, vocab, checkpoint = loaded.model, loaded.vocab, loaded.checkpoint
     # Whole lines, as before sentence splitting existed: the recorded scores stay comparable (and Multi30k's
     # captions are one sentence each, so splitting would change nothing there).
     decode = dataclasses.replace(cfg.decode, nbest=1, split_sentences=False)
@@ -496,7 +497,8 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     for split in ("dev", "test"):
         src_path, ref_path = reference_files(cfg.data.output_dir, split)
         log(f"{run.directory}: decoding {split} ({which} checkpoint, beam {decode.beam_size})")
-        hypotheses = translate_lines(model, vocab, read_lines(src_path), decode=decode, device=torch.device("cpu"))
+        hypotheses = translate_lines(model, vocab, read_lines(src_path), decode=decode, device=torch.device("cpu"),
+                                     min_length_ratio=loaded.length_ratio_floor)
         (run_dir / f"{split}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
         scores = score(hypotheses, read_lines(ref_path), lang=cfg.data.tgt_lang, pretokenized=is_pretokenized(cfg.data))
         record[f"{split}_bleu"] = scores["sacrebleu"]

@@ -120,7 +120,8 @@ def untrained_positions(run_dir: str | Path, which: str = "last") -> list[Untrai
     from rpr_mt.checkpoints import load_for_inference
     from rpr_mt.train.trainer import initial_model
 
-    model, config, vocab, path = load_for_inference(run_dir, which)
+    loaded = load_for_inference(run_dir, which)
+    model, config, vocab, path = loaded.model, loaded.config, loaded.vocab, loaded.checkpoint
     if config.train.init_from is not None:
         raise UserError(f"{path} was trained from train.init_from={config.train.init_from}, not from a seeded "
                         "start: its initial model cannot be rebuilt")

@@ -1,11 +1,8 @@
 """Export a trained model to CTranslate2 (OpenNMT's inference engine: fast CPU and GPU decoding, int8/int16).
 
 The model is described with CTranslate2's own specification API (``ctranslate2.specs.TransformerSpec``) and written
-by its ``Converter``; nothing here knows the binary format. The model directory holds:
-
-    model.bin, config.json, shared_vocabulary.json   CTranslate2's model: weights, tokens, the pieces in id order
-    spm.model                                        the run's SentencePiece model (text <-> pieces)
-    rpr_mt.json                                      where the model came from and the run's decode settings
+by its ``Converter``; nothing here knows the binary format. The model directory's files are named in
+``rpr_mt.layouts`` (which its readers import instead of this module).
 
 How the position schemes map onto what CTranslate2 can hold:
 
@@ -42,6 +39,7 @@ import torch
 from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict, is_pretokenized
 from rpr_mt.data.vocab import MODEL_FILE
 from rpr_mt.errors import UserError
+from rpr_mt.layouts import CTRANSLATE2_WEIGHTS, EXPORT_FORMAT, EXPORT_INFO_FILE
 from rpr_mt.model.positions import describe_positions
 
 if TYPE_CHECKING:
@@ -50,11 +48,9 @@ if TYPE_CHECKING:
     from rpr_mt.data.vocab import Vocab
     from rpr_mt.model.transformer import Seq2Seq
 
-__all__ = ["EXPORT_INFO_FILE", "ExportResult", "build_spec", "export_ctranslate2", "quantization_types",
+__all__ = ["ExportResult", "build_spec", "export_ctranslate2", "quantization_types",
            "unsupported_reason"]
 
-EXPORT_INFO_FILE = "rpr_mt.json"
-EXPORT_FORMAT = "rpr-mt-ctranslate2/1"
 INSTALL_HINT = "pip install 'ctranslate2>=4.7'"
 
 
@@ -277,7 +273,7 @@ class ExportResult:
 
 
 def _looks_like_ctranslate2_model(path: Path) -> bool:
-    return path.is_dir() and (not any(path.iterdir()) or (path / "model.bin").is_file())
+    return path.is_dir() and (not any(path.iterdir()) or (path / CTRANSLATE2_WEIGHTS).is_file())
 
 
 def _spec_converter(spec: Any):

@@ -85,7 +85,8 @@ def test_exported_model_gives_rpr_mt_log_probabilities(tmp_path, export_data, na
     """Teacher-forced log-probabilities of CTranslate2's float32 model equal rpr-mt's, a padded batch of sentences
     longer than the Shaw clip and the T5 exact buckets."""
     path = random_checkpoint(export_data, tmp_path / "random.pt", **EXPRESSIBLE[name])
-    model, _, vocab, _ = ckpt.load_for_inference(path)
+    loaded = ckpt.load_for_inference(path)
+    model, vocab = loaded.model, loaded.vocab
     export_ctranslate2(path, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)
     sources = read_lines(str(export_data / "dev.en"))[:3]
@@ -104,7 +105,8 @@ def test_export_is_sensitive_to_the_position_table(tmp_path, export_data, monkey
     """The check above can fail: CTranslate2's own sinusoids (concatenated halves) instead of rpr-mt's interleaved
     ones change the log-probabilities."""
     path = random_checkpoint(export_data, tmp_path / "random.pt", positions="absolute")
-    model, _, vocab, _ = ckpt.load_for_inference(path)
+    loaded = ckpt.load_for_inference(path)
+    model, vocab = loaded.model, loaded.vocab
     monkeypatch.setattr(export, "_position_encodings", lambda model: "__optional")  # the spec's OPTIONAL marker
     export_ctranslate2(path, tmp_path / "ct2")
     translator = ctranslate2.Translator(str(tmp_path / "ct2"), device="cpu", intra_threads=1)

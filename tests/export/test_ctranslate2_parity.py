@@ -74,7 +74,8 @@ def exported(request, tmp_path_factory, export_data):
     cfg = tiny_config(export_data, root / "run", **SCHEMES[request.param])
     train(cfg, progress=False)
     export_ctranslate2(root / "run", root / "ct2", which="last")
-    model, cfg, vocab, _ = load_for_inference(root / "run", "last")
+    loaded = load_for_inference(root / "run", "last")
+    model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
     return model, cfg, vocab, root / "ct2"
 
 

@@ -24,7 +24,8 @@ CELLS = ["shaw_per_head", "shaw_shared_k_only", "abs_learned_rel", "abs_sinusoid
 
 @pytest.mark.parametrize("cell", CELLS)
 def test_old_checkpoint_translates_as_before(cell):
-    model, _, vocab, _ = load_for_inference(FIXTURES / f"old_{cell}.pt")
+    loaded = load_for_inference(FIXTURES / f"old_{cell}.pt")
+    model, vocab = loaded.model, loaded.vocab
     for beam in (1, 4):
         # min_length 0: the code that made the fixtures let eos end an output at any step
         decode = DecodeConfig(beam_size=beam, nbest=beam, max_len_a=1.0, max_len_b=5, min_length=0)

@@ -29,7 +29,8 @@ def test_demo_config_reaches_bleu_95_on_its_test_split(tmp_path):
                       [f"data.output_dir={tmp_path / 'data'}", f"train.run_dir={tmp_path / 'run'}",
                        "train.num_threads=2"])
     train(cfg, progress=False)
-    model, cfg, vocab, _ = load_for_inference(tmp_path / "run", "best")
+    loaded = load_for_inference(tmp_path / "run", "best")
+    model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
     src, ref = reference_files(cfg.data.output_dir, "test")
     hypotheses = translate_lines(model, vocab, read_lines(src), decode=cfg.decode, device="cpu")
     assert score(hypotheses, read_lines(ref), lang=cfg.data.tgt_lang)["sacrebleu"] >= 95.0

@@ -426,8 +426,7 @@ def test_checkpoints_record_the_dev_scores_of_their_own_weights(finished):
     assert ckpt.load_checkpoint(ckpt.step_checkpoint_path(run_dir, 8))["dev"] is None  # not validated at 8
     # the dev outputs' 1st-percentile length ratio, which translate's short-output warning reads from the model
     assert best["dev"]["length_ratio_p01"] >= 0.0
-    model, _, _, _ = ckpt.load_for_inference(run_dir, "best")
-    assert model.dev_length_ratio_floor == best["dev"]["length_ratio_p01"]
+    assert ckpt.load_for_inference(run_dir, "best").length_ratio_floor == best["dev"]["length_ratio_p01"]
 
 
 def test_average_last_with_fewer_checkpoints_warns(finished):
