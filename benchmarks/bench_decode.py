@@ -44,7 +44,7 @@ import torch
 
 from rpr_mt.config import DecodeConfig, ModelConfig
 from rpr_mt.decode.translate import read_lines, translate_lines
-from rpr_mt.errors import UserError
+from rpr_mt.device import resolve_device
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_train.py, beside this file
 from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402
@@ -121,9 +121,7 @@ def main(argv: list[str] | None = None) -> None:
     parser.add_argument("--threads", type=positive_int, default=2)
     parser.add_argument("--device", choices=["cpu", "cuda"], default="cpu", help="where the models decode")
     args = parser.parse_args(argv)
-    if args.device == "cuda" and not torch.cuda.is_available():
-        raise UserError("--device cuda: no CUDA device is available")
-    device = torch.device(args.device)
+    device = resolve_device(args.device, "--device")
     torch.set_num_threads(args.threads)
 
     lines = read_lines(args.input)[: args.lines]

@@ -53,6 +53,7 @@ def main(argv: list[str] | None = None) -> int:
     from rpr_mt.decode.segment import split_sentences
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.checkpoints import load_for_inference
+    from rpr_mt.device import resolve_device
 
     if args.quick:
         args.checkpoint, args.repeats = args.checkpoint or str(QUICK_CHECKPOINT), 1
@@ -60,7 +61,7 @@ def main(argv: list[str] | None = None) -> int:
         parser.error("--checkpoint and --input are required (or --quick)")
     if args.threads:
         torch.set_num_threads(args.threads)
-    device = torch.device(args.device)
+    device = resolve_device(args.device, "--device")
     loaded = load_for_inference(args.checkpoint, args.which, device)
     model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
     lines = read_lines(args.input) if args.input else QUICK_LINES

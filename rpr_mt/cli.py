@@ -26,7 +26,7 @@ import typer  # noqa: E402
 from typer.core import TyperCommand, TyperGroup  # noqa: E402
 
 import rpr_mt  # noqa: E402
-from rpr_mt.config import DEVICE_NAME, Config, load_config  # noqa: E402
+from rpr_mt.config import Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
 from rpr_mt.train.signals import exit_status, interruption, signal_exit_status  # noqa: E402
@@ -859,20 +859,9 @@ def _note_other_lang(given: Optional[str], known: Optional[str], what: str) -> N
 
 
 def _device(name: str):
-    import torch
+    from rpr_mt.device import resolve_device
 
-    if name == "auto":
-        return torch.device("cuda" if torch.cuda.is_available() else "cpu")
-    parsed = DEVICE_NAME.fullmatch(name)
-    if parsed is None:
-        raise UserError(f"--device must be auto, cpu, cuda or cuda:N (got {name!r})")
-    if name.startswith("cuda"):  # cuda, or cuda:N as torch and fairseq users write it
-        if not torch.cuda.is_available():
-            raise UserError(f"--device {name}: no CUDA device is available")
-        if parsed.group(1) is not None and int(parsed.group(1)) >= torch.cuda.device_count():
-            raise UserError(f"--device {name}: this machine has {torch.cuda.device_count()} CUDA device(s), "
-                            f"numbered from 0")
-    return torch.device(name)
+    return resolve_device(name, "--device")
 
 
 def _which(checkpoint: Path, which: Optional[str]) -> str:

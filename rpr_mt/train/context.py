@@ -18,6 +18,7 @@ import torch
 
 from rpr_mt.config import Config, TrainConfig
 from rpr_mt.data.vocab import Vocab
+from rpr_mt.device import device_type
 from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.train.device import cpu_bf16_warning, oversubscribed_threads_warning, pick_device
@@ -84,7 +85,7 @@ def start_session(cfg: Config, options: TrainOptions, started: float) -> Session
     t = cfg.train
     if t.num_threads is not None:
         torch.set_num_threads(t.num_threads)
-    kind = t.device.partition(":")[0] if t.device != "auto" else ("cuda" if torch.cuda.is_available() else "cpu")
+    kind = device_type(t.device)
     if t.precision == "fp16" and kind != "cuda":
         raise UserError("train.precision 'fp16' needs CUDA; use 'bf16' on CPU")
     dd = init_distributed(kind)

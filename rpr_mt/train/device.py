@@ -9,33 +9,18 @@ import resource
 import torch
 
 from rpr_mt.config import Config
-from rpr_mt.errors import UserError
+from rpr_mt.device import resolve_device
 from rpr_mt.host import usable_cores
 from rpr_mt.train.distributed import Distributed
 
 
 def pick_device(cfg: Config, dd: Distributed) -> torch.device:
-    """train.device for this rank: ``cuda:N`` for one process, and under torchrun each rank takes the GPU of its
-    LOCAL_RANK."""
-    kind = cfg.train.device
-    if kind == "auto":
-        kind = "cuda" if torch.cuda.is_available() else "cpu"
-    if kind.startswith("cuda"):
-        if not torch.cuda.is_available():
-            raise UserError(f"train.device is '{kind}' but no CUDA device is available")
-        index = dd.local_rank
-        if kind != "cuda":
-            if dd.world > 1:
-                raise UserError(f"train.device is '{kind}', one GPU, but torchrun started {dd.world} processes: "
-                                "each takes the GPU of its LOCAL_RANK with train.device cuda (choose the GPUs with "
-                                "CUDA_VISIBLE_DEVICES)")
-            index = int(kind.partition(":")[2])
-            if index >= torch.cuda.device_count():
-                raise UserError(f"train.device is '{kind}' but this machine has {torch.cuda.device_count()} CUDA "
-                                "device(s), numbered from 0")
-        torch.cuda.set_device(index)
-        return torch.device("cuda", index)
-    return torch.device("cpu")
+    """train.device for this rank (``rpr_mt.device.resolve_device``): ``cuda:N`` for one process, and under
+    torchrun each rank takes the GPU of its LOCAL_RANK; that GPU becomes the current one."""
+    device = resolve_device(cfg.train.device, "train.device", local_rank=dd.local_rank, world=dd.world)
+    if device.type == "cuda":
+        torch.cuda.set_device(device.index)
+    return device
 
 
 def autocast(device: torch.device, precision: str) -> contextlib.AbstractContextManager:
