@@ -153,7 +153,7 @@ def main(argv: list[str] | None = None) -> None:
             bleu = score(outputs, references, lang=tgt_lang)["sacrebleu"]
             rows[name] = (seconds, tokens, bleu, outputs)
 
-    model_name = resolved if args.checkpoint else "random model"
+    model_name = loaded.checkpoint if args.checkpoint else "random model"
     m = cfg.model
     print(f"{len(lines)} lines of test_2016_flickr.{src_lang} -> {tgt_lang}; {model_name} ({m.positions}, "
           f"{m.encoder_layers}+{m.decoder_layers} layers, d={m.d_model});"

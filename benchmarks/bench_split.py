@@ -86,7 +86,7 @@ def main(argv: list[str] | None = None) -> int:
                 torch.cuda.synchronize()
             times[name].append(time.perf_counter() - start)
 
-    print(f"{resolved}: {len(lines)} lines, {sentences} sentences, beam {decode.beam_size}, "
+    print(f"{loaded.checkpoint}: {len(lines)} lines, {sentences} sentences, beam {decode.beam_size}, "
           f"max_tokens {decode.max_tokens}, {device}, {args.repeats} repeat(s)")
     print("| way | median s | sentences/s | lines/s |")
     print("|---|---|---|---|")
