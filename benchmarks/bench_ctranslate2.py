@@ -58,7 +58,7 @@ def random_checkpoint(workdir: Path, args) -> Path:
     """A random exportable model (Shaw, shared tables) over a SentencePiece model trained on Multi30k sentences."""
     from rpr_mt.data.vocab import Vocab, train_sentencepiece
     from rpr_mt.model.transformer import Seq2Seq
-    from rpr_mt import checkpoints as ckpt
+    from rpr_mt import checkpoint_files as ckpt
 
     sentences = []
     for lang in (args.src, args.tgt):
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> None:
         source = args.checkpoint or random_checkpoint(workdir, args)
         export_ctranslate2(source, workdir / "float32", which=args.which)
         export_ctranslate2(source, workdir / "int8", which=args.which, quantization="int8")
-        from rpr_mt.checkpoints import load_for_inference
+        from rpr_mt.checkpoint_files import load_for_inference
 
         loaded = load_for_inference(source, args.which, "cpu")
         model, cfg, vocab = loaded.model, loaded.config, loaded.vocab

@@ -70,7 +70,7 @@ def load_vocab(args, workdir: Path):
 def models(args, workdir: Path, device: torch.device):
     """(label, model, vocab) for each model to benchmark."""
     if args.checkpoint:
-        from rpr_mt.checkpoints import load_for_inference
+        from rpr_mt.checkpoint_files import load_for_inference
 
         for path in args.checkpoint:
             loaded = load_for_inference(path, args.which, device)

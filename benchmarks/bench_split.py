@@ -52,7 +52,7 @@ def main(argv: list[str] | None = None) -> int:
 
     from rpr_mt.decode.segment import split_sentences
     from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.checkpoints import load_for_inference
+    from rpr_mt.checkpoint_files import load_for_inference
     from rpr_mt.device import resolve_device
 
     if args.quick:

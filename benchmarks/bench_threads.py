@@ -115,7 +115,7 @@ def measure(config: str, threads: int, policy: str, args: argparse.Namespace, wo
     if done.returncode != 0:
         raise SystemExit(f"training with {threads} thread(s), {policy} failed:\n{done.stderr[-3000:]}")
     from rpr_mt.errors import UserError
-    from rpr_mt.metrics import read_records  # the trainer's own reader: a cut-off last line is skipped
+    from rpr_mt.run_metrics import read_records  # the trainer's own reader: a cut-off last line is skipped
 
     try:
         records = read_records(run_dir / "metrics.jsonl")

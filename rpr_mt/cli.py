@@ -274,7 +274,7 @@ def _check_config_outside_new_run(config: Optional[Path], run_dir: str, dry_run:
     config to that file, so it was refused as 'a run with a different config' (its defaults filled in), and under
     --overwrite the user's file, comments and all, was replaced. (A trained run's own config.yaml given back as
     --config resumes it: that is the file the run wrote.)"""
-    from rpr_mt.checkpoints import list_step_checkpoints
+    from rpr_mt.checkpoint_files import list_step_checkpoints
 
     if config is None or dry_run:
         return
@@ -340,7 +340,7 @@ def translate(
     _check_output(output, "--output", inputs=[input, checkpoint])
     _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length)
     _device(device)
-    from rpr_mt.checkpoints import resolve_checkpoint
+    from rpr_mt.checkpoint_files import resolve_checkpoint
 
     which = _which(checkpoint, which)
     resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
@@ -525,7 +525,7 @@ def eval_bleu(
             _check_output(str(save_hyp), "--save-hyp")
         _check_decode_options(beam_size, length_penalty, None, None, min_length)  # before the model loads
         _device(device)
-        from rpr_mt.checkpoints import peek_checkpoint, resolve_checkpoint
+        from rpr_mt.checkpoint_files import peek_checkpoint, resolve_checkpoint
 
         which = _which(checkpoint, which)
         resolved = resolve_checkpoint(checkpoint, which)
@@ -654,7 +654,7 @@ def average_checkpoints_command(
     force: bool = typer.Option(False, "--force", help="Replace an existing --output checkpoint (no other file)."),
 ) -> None:
     """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""
-    from rpr_mt import checkpoints as ckpt
+    from rpr_mt import checkpoint_files as ckpt
 
     if last < 1:
         raise UserError("--last must be >= 1")
@@ -800,7 +800,7 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
     """eval-bleu --checkpoint: the prepared source of ``split`` and its reference (``ref`` if given), checked, and
     --save-hyp checked against both. The data is the run's own, prepared with the model's vocabulary, from any
     directory (``prepared_data_of``)."""
-    from rpr_mt.checkpoints import prepared_data_of
+    from rpr_mt.checkpoint_files import prepared_data_of
 
     data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab_sha256)
     src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
@@ -870,7 +870,7 @@ def _which(checkpoint: Path, which: Optional[str]) -> str:
     checkpoint is loaded); or a run directory's best checkpoint loaded by default while the run also has an averaged
     one that is not older (train.average_last writes it at the end of training, and the run's scores in result.json
     and the docs are of that average)."""
-    from rpr_mt import checkpoints as ckpt
+    from rpr_mt import checkpoint_files as ckpt
 
     path = Path(checkpoint)
     if which is not None and path.is_file():
@@ -890,7 +890,7 @@ def _which(checkpoint: Path, which: Optional[str]) -> str:
 
 
 def _load_model(checkpoint: Path, which: str, device: str):
-    from rpr_mt.checkpoints import load_for_inference
+    from rpr_mt.checkpoint_files import load_for_inference
 
     # Say which file a run directory resolved to and what it holds: best, last and average differ.
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)

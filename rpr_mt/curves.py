@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from rpr_mt.errors import UserError
-from rpr_mt.metrics import METRICS_FILE, read_records
+from rpr_mt.run_metrics import METRICS_FILE, read_records
 from rpr_mt.plotting import pyplot  # matplotlib is an optional extra; pyplot() says how to install it
 
 __all__ = ["read_curves", "plot_run"]
@@ -28,7 +28,7 @@ def _metrics_file(run: str | Path) -> Path:
 def read_curves(run_dir: str | Path) -> tuple[list[dict[str, Any]], list[dict[str, Any]]]:
     """(training records, validation records) of ``run_dir`` (a run directory or its metrics.jsonl), each in update
     order with resumed updates once. A cut-off last line (a killed run) is skipped with a warning
-    (``rpr_mt.metrics.read_records``)."""
+    (``rpr_mt.run_metrics.read_records``)."""
     path = _metrics_file(run_dir)
     if not path.is_file():
         raise UserError(f"no metrics.jsonl in {run_dir} (is it a training run directory?)")

@@ -1,7 +1,7 @@
 """The CTranslate2 model directory that ``rpr-mt export`` writes, as its readers see it.
 
 ``rpr_mt.export.ctranslate2`` writes the directory; ``rpr_mt.decode.ctranslate2`` translates with it and
-``rpr_mt.checkpoints`` recognises it where a checkpoint was expected. Decoding must not import the exporter (nor
+``rpr_mt.checkpoint_files`` recognises it where a checkpoint was expected. Decoding must not import the exporter (nor
 checkpoint I/O the exporter), so the file names and the reading of the info file live here, below all three::
 
     model.bin, config.json, shared_vocabulary.json   CTranslate2's model: weights, tokens, the pieces in id order

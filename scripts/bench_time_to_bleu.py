@@ -31,7 +31,7 @@ from rpr_mt.data.prepare import prepare, reference_files  # noqa: E402
 from rpr_mt.decode.translate import read_lines, translate_lines  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.evaluate import score  # noqa: E402
-from rpr_mt.checkpoints import load_for_inference  # noqa: E402
+from rpr_mt.checkpoint_files import load_for_inference  # noqa: E402
 from rpr_mt.train.trainer import train  # noqa: E402
 
 

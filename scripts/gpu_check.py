@@ -178,7 +178,7 @@ def _sets(settings: list[str]) -> list[str]:
 def _training_records(run_dir: Path) -> list[dict]:
     """A run's training records, through the trainer's own reader (a cut-off last line is not a failure; a corrupt
     file raises UserError)."""
-    from rpr_mt.metrics import read_records
+    from rpr_mt.run_metrics import read_records
 
     metrics = run_dir / "metrics.jsonl"
     return [r for r in read_records(metrics) if "tgt_tok_s" in r] if metrics.is_file() else []

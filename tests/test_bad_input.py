@@ -157,7 +157,7 @@ def setup(root: Path) -> dict[str, str]:
         (root / name / "metrics.jsonl").write_bytes(text)
     # an average of updates 4 and 8 beside the numbered checkpoint it averages (not in run/: --which average there
     # must find none)
-    from rpr_mt import checkpoints as ckpt
+    from rpr_mt import checkpoint_files as ckpt
 
     (root / "avg_run" / "checkpoints").mkdir(parents=True)
     shutil.copy(FIXTURE, root / "avg_run" / "checkpoints" / "checkpoint_00000004.pt")

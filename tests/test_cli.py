@@ -16,7 +16,7 @@ import yaml
 from typer.testing import CliRunner
 
 import rpr_mt
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.cli import app
 from rpr_mt.errors import UserError
 

@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 from typer.testing import CliRunner
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.cli import app
 from rpr_mt.config import config_from_dict
 from rpr_mt.curves import read_curves

@@ -20,7 +20,7 @@ FORBIDDEN = [
     ("rpr_mt.export", ("rpr_mt.train", "rpr_mt.experiments")),
     ("rpr_mt.model", ("rpr_mt.train", "rpr_mt.decode", "rpr_mt.export", "rpr_mt.experiments")),
     ("rpr_mt.data", ("rpr_mt.model", "rpr_mt.train", "rpr_mt.decode", "rpr_mt.export", "rpr_mt.experiments")),
-    ("rpr_mt.checkpoints", ("rpr_mt.train", "rpr_mt.decode", "rpr_mt.export", "rpr_mt.experiments")),
+    ("rpr_mt.checkpoint_files", ("rpr_mt.train", "rpr_mt.decode", "rpr_mt.export", "rpr_mt.experiments")),
 ]
 
 

@@ -137,7 +137,7 @@ def translate_lines(
     ``src_lang``/``tgt_lang`` (ISO 639-1): the rules for splitting sentences and for joining their translations
     (``None``: the segmenter's default rules). ``min_length_ratio``: one warning with the count of output lines
     shorter than that many pieces per source piece when there are more than ``SHORT_RATE`` of them (the checkpoint's
-    dev statistic: ``rpr_mt.checkpoints.LoadedModel.length_ratio_floor``; None: no such warning).
+    dev statistic: ``rpr_mt.checkpoint_files.LoadedModel.length_ratio_floor``; None: no such warning).
     """
     return list(iter_translations(model, vocab, lines, decode=decode, device=device, progress=progress,
                                   full_prefix=full_prefix, src_lang=src_lang, tgt_lang=tgt_lang,

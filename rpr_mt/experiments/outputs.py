@@ -26,7 +26,7 @@ def _run_data_dir(run_dir: Path) -> Path:
     config_path = run_dir / "config.yaml"
     if not config_path.is_file():
         raise UserError(f"{config_path} not found: pass --data-dir to say where the prepared data is")
-    from rpr_mt.checkpoints import prepared_data_of
+    from rpr_mt.checkpoint_files import prepared_data_of
 
     # a sweep's run config holds the base config's settings for every cell (an absolute cell's model.clip): not
     # the user's to act on, so no warning about them

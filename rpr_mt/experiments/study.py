@@ -110,7 +110,7 @@ def evaluate_long(
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.data.vocab import Vocab
     from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.checkpoints import LoadedModel, load_for_inference
+    from rpr_mt.checkpoint_files import LoadedModel, load_for_inference
 
     run_dir = Path(cfg.train.run_dir)
     out_path = run_dir / ("long_results_split.json" if split else "long_results.json")

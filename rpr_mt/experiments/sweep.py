@@ -402,7 +402,7 @@ def is_finished(cfg: Config) -> bool:
     return isinstance(result, dict) and result.get("fingerprint") in recorded_fingerprints(cfg)
 
 
-# Without torch (--list imports none): rpr_mt.train.run_dir.RunDirLock.NAME and rpr_mt.checkpoints.STEP_PATTERN.
+# Without torch (--list imports none): rpr_mt.train.run_dir.RunDirLock.NAME and rpr_mt.checkpoint_files.STEP_PATTERN.
 _TRAIN_LOCK = ".train.lock"
 _STEP_CHECKPOINT = re.compile(r"checkpoint_(\d+)\.pt$")
 
@@ -461,7 +461,7 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     from rpr_mt.data.prepare import prepare, reference_files
     from rpr_mt.decode.translate import read_lines, translate_lines
     from rpr_mt.evaluate import score
-    from rpr_mt.checkpoints import load_for_inference
+    from rpr_mt.checkpoint_files import load_for_inference
     from rpr_mt.train.trainer import train
 
     run_dir = Path(cfg.train.run_dir)

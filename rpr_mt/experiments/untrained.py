@@ -117,7 +117,7 @@ def untrained_rows(trained: nn.Module, initial: nn.Module) -> list[UntrainedRows
 def untrained_positions(run_dir: str | Path, which: str = "last") -> list[UntrainedRows]:
     """The learned position tables of the run in ``run_dir`` (its ``which`` checkpoint) against its initial model,
     rebuilt with ``initial_model`` (torch's global generator is left as it was)."""
-    from rpr_mt.checkpoints import load_for_inference
+    from rpr_mt.checkpoint_files import load_for_inference
     from rpr_mt.train.trainer import initial_model
 
     loaded = load_for_inference(run_dir, which)

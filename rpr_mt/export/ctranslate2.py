@@ -314,7 +314,7 @@ def export_ctranslate2(
     empty or a CTranslate2 model directory.
     """
     _import_ctranslate2()
-    from rpr_mt.checkpoints import load_checkpoint, model_from_payload, resolve_checkpoint
+    from rpr_mt.checkpoint_files import load_checkpoint, model_from_payload, resolve_checkpoint
 
     if quantization is not None and quantization not in quantization_types():
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")

@@ -1,6 +1,6 @@
 """A run's numbered checkpoints: when they are written, which are kept, the newest one that loads, and their average.
 
-The file format (writing, loading, verifying) is ``rpr_mt.checkpoints``; this module decides which files a training
+The file format (writing, loading, verifying) is ``rpr_mt.checkpoint_files``; this module decides which files a training
 run holds.
 """
 
@@ -10,7 +10,7 @@ import shlex
 from pathlib import Path
 from typing import Any, Callable
 
-from rpr_mt.checkpoints import (
+from rpr_mt.checkpoint_files import (
     STEP_PATTERN, average_checkpoints, averaged_steps, checkpoint_dir, list_step_checkpoints, load_checkpoint,
     save_checkpoint, step_checkpoint_path, write_failure,
 )
@@ -53,7 +53,7 @@ def remove_stale_temporaries(run_dir: str | Path) -> list[Path]:
     return stale
 
 
-class Checkpoints:
+class CheckpointSaver:
     """The run's checkpoint files, written by rank 0. ``payload`` gives the checkpoint of a run state (the trainer's
     ``TrainState.payload`` of its model, optimizer and grad scaler); ``interrupted_at``: the off-grid checkpoint this
     run resumed from, if any (``prune_checkpoints``); ``last`` is the numbered checkpoint this invocation saved last."""

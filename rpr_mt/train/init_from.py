@@ -6,7 +6,7 @@ from typing import Any
 
 import torch
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import ModelConfig
 from rpr_mt.errors import UserError
 from rpr_mt.model.transformer import Seq2Seq

@@ -15,7 +15,7 @@ from typing import Any
 
 import torch
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_to_dict
 from rpr_mt.data.prepare import changed_since_prepared, dev_changed_since_prepared, settings_changed_since_prepared
 from rpr_mt.errors import UserError

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import numpy as np
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import Config
 from rpr_mt.data.binarize import ids_file, load_split
 from rpr_mt.data.prepare import check_prepared, prepare, training_data_fingerprint

@@ -12,7 +12,7 @@ import os
 from pathlib import Path
 from typing import Any, Callable
 
-from rpr_mt.checkpoints import checkpoint_dir
+from rpr_mt.checkpoint_files import checkpoint_dir
 from rpr_mt.config import Config, config_to_dict, unused_model_settings, yaml_value
 from rpr_mt.errors import UserError
 from rpr_mt.locks import fcntl, try_exclusive_lock  # fcntl is None on Windows: no locks

@@ -6,7 +6,7 @@ the vocabulary fingerprint. ``TrainState.payload`` builds that dictionary and ``
 nothing else in the trainer names a payload key. The keys on disk are those of every earlier rpr-mt checkpoint
 (``rpr-mt-checkpoint/1``, listed in ``PAYLOAD_KEYS``); entries added later (``target_tokens``, ``schedule_origin``,
 ``bad_validations``, ``best_loss``, ``dev``, ``train_data``) default as an old checkpoint needs. The checksum over all tensors is
-added by ``rpr_mt.checkpoints.save_checkpoint`` and verified by ``load_checkpoint``.
+added by ``rpr_mt.checkpoint_files.save_checkpoint`` and verified by ``load_checkpoint``.
 
 Only the torch (and CUDA) generators are saved: dropout draws from them, while the data order is a function of the
 seed and the epoch (``batching.make_batches``) and nothing in training draws from Python's or NumPy's global RNG.
@@ -22,7 +22,7 @@ from typing import Any
 import torch
 from torch import nn
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 
 __all__ = ["PAYLOAD_KEYS", "TrainState"]
 

@@ -31,14 +31,14 @@ from typing import Any
 import torch
 from torch import nn
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import Config, TrainConfig, config_to_dict, save_config
 from rpr_mt.data.vocab import Vocab
 from rpr_mt.errors import UserError
 from rpr_mt.model.positions import describe_positions
 from rpr_mt.model.transformer import Seq2Seq, count_parameters
 from rpr_mt.train.batching import Batch, BatchStream
-from rpr_mt.train.checkpointing import Checkpoints, average_is_current, average_last, checkpoint_to_use, \
+from rpr_mt.train.checkpointing import CheckpointSaver, average_is_current, average_last, checkpoint_to_use, \
     failed_write
 from rpr_mt.train.context import RunData, Session, TrainOptions, start_session
 from rpr_mt.train.device import autocast, peak_memory_mb
@@ -138,7 +138,7 @@ class Trainer:
         self.batches = BatchStream(data.train, data.train_indices, session.t, self.model, session.dd, self.state)
         self.session, self.finished = plan(session, claim, self.state, self.batches.epoch_done)
         self.config = config_to_dict(self.cfg)  # as config.yaml and every checkpoint of this invocation hold it
-        self.checkpoints = Checkpoints(self.session, self.payload, claim.interrupted_at(self.finished))
+        self.checkpoints = CheckpointSaver(self.session, self.payload, claim.interrupted_at(self.finished))
         self.lr = 0.0  # the learning rate of the latest update
         self.bad_updates = 0  # non-finite losses in a row
 

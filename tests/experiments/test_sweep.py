@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_from_dict, config_to_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
 from rpr_mt.decode.translate import read_lines
@@ -186,7 +186,7 @@ def test_list_says_which_runs_are_running_now_and_which_were_started(base_config
     resumes): a cluster user could not tell what to launch. A second job on a run that one is running is refused."""
     import fcntl
 
-    from rpr_mt.checkpoints import STEP_PATTERN
+    from rpr_mt.checkpoint_files import STEP_PATTERN
     from rpr_mt.experiments import sweep as sweep_module
     from rpr_mt.train.run_dir import RunDirLock
 

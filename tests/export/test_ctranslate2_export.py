@@ -14,7 +14,7 @@ import torch
 from typer.testing import CliRunner
 
 import rpr_mt.export.ctranslate2 as export
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.cli import app
 from rpr_mt.config import config_to_dict
 from rpr_mt.data.vocab import Vocab

@@ -185,7 +185,7 @@ def test_content_only_attention(mask_kind, requires_grad):
 
 def test_out_of_place_softmax_branch(monkeypatch):
     """The non-CPU branch of the fused path's softmax (a temporary copied back) gives the same results."""
-    import rpr_mt.model.kernels.fused as fused
+    import rpr_mt.model.kernels.torch_chunked as fused
 
     monkeypatch.setattr(fused, "_softmax_", lambda s: s.copy_(torch.softmax(s, -1)))
     inputs = make_inputs(2, 2, 6, 6, 4, 2, True, True, True)

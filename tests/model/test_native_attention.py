@@ -7,7 +7,7 @@ import warnings
 import pytest
 import torch
 
-from rpr_mt import native
+from rpr_mt.model.kernels import c_library
 from rpr_mt.model.kernels import native as native_attention
 from rpr_mt.model.attention import causal_mask, relative_attention
 from rpr_mt.model.dropout import drop_rate, keep_mask
@@ -20,9 +20,9 @@ F32 = torch.float32
 
 @pytest.fixture(scope="module", autouse=True)
 def kernel_library():
-    if native._compiler() is None:
+    if c_library._compiler() is None:
         pytest.skip("no C compiler on this machine: the native path cannot be built (the fused path is used)")
-    assert native.load("relative_rows") is not None, "a C compiler is present but the kernel did not build"
+    assert c_library.load("relative_rows") is not None, "a C compiler is present but the kernel did not build"
 
 
 def as_f32(inputs):
@@ -83,14 +83,14 @@ def test_dropout_matches_reference(save_probs, cell):
 
 def test_auto_uses_native_for_float32_cpu_and_fused_otherwise(monkeypatch):
     used = []
-    for cls in (native_attention.NativeRelativeAttention, relative_attention.__globals__["FusedRelativeAttention"]):
+    for cls in (native_attention.NativeRelativeAttention, relative_attention.__globals__["ChunkedRelativeAttention"]):
         original = cls.apply
         monkeypatch.setattr(cls, "apply", lambda *a, _o=original, _n=cls.__name__: used.append(_n) or _o(*a))
     inputs = make_inputs(2, 2, 8, 8, 4, 2, True, True, True, dtype=F32)
     relative_attention(*inputs, clip=2)
     relative_attention(*make_inputs(2, 2, 8, 8, 4, 2, True, True, True), clip=2)  # float64
     relative_attention(*make_inputs(2, 2, 3, 8, 4, 2, True, True, True, dtype=F32), clip=2, offset=5)  # decoding
-    assert used == ["NativeRelativeAttention", "FusedRelativeAttention"]
+    assert used == ["NativeRelativeAttention", "ChunkedRelativeAttention"]
 
 
 def test_long_rows_and_large_clip_match_fused():
@@ -108,38 +108,38 @@ def test_long_rows_and_large_clip_match_fused():
 
 def test_native_can_be_turned_off(monkeypatch):
     monkeypatch.setenv("RPR_MT_NATIVE", "0")
-    native.load.cache_clear()
+    c_library.load.cache_clear()
     try:
-        assert native.load("relative_rows") is None
+        assert c_library.load("relative_rows") is None
         q = torch.zeros(1, 1, 8, 4)
         assert not native_attention.available(q)
         with pytest.raises(ValueError, match="native"):
             relative_attention(*make_inputs(1, 1, 8, 8, 4, 1, True, True, True, dtype=F32), clip=1, impl="native")
     finally:
-        native.load.cache_clear()
+        c_library.load.cache_clear()
 
 
 def test_build_is_cached_and_a_failed_build_falls_back(monkeypatch, tmp_path):
     monkeypatch.setenv("RPR_MT_CACHE_DIR", str(tmp_path))
-    first = native.build("relative_rows")
+    first = c_library.build("relative_rows")
     assert first.parent == tmp_path and first.exists()
     mtime = first.stat().st_mtime_ns
-    assert native.build("relative_rows") == first and first.stat().st_mtime_ns == mtime  # not rebuilt
+    assert c_library.build("relative_rows") == first and first.stat().st_mtime_ns == mtime  # not rebuilt
     assert [p.name for p in tmp_path.iterdir()] == [first.name]  # no temporary files left behind
 
     broken = tmp_path / "csrc"
     broken.mkdir()
     (broken / "relative_rows.c").write_text("this is not C\n")
-    monkeypatch.setattr(native, "SOURCE_DIR", broken)
-    native.load.cache_clear()
+    monkeypatch.setattr(c_library, "SOURCE_DIR", broken)
+    c_library.load.cache_clear()
     try:
         with warnings.catch_warnings(record=True) as caught:
             warnings.simplefilter("always")
-            assert native.load("relative_rows") is None
+            assert c_library.load("relative_rows") is None
         assert any("unavailable" in str(w.message) for w in caught)
         assert sorted(p.name for p in tmp_path.iterdir()) == sorted([first.name, "csrc"])
     finally:
-        native.load.cache_clear()
+        c_library.load.cache_clear()
 
 
 def test_backward_twice_with_retain_graph():
@@ -156,9 +156,9 @@ def test_unwritable_cache_builds_into_the_temporary_directory(monkeypatch, tmp_p
     blocked = tmp_path / "file"
     blocked.write_text("")  # a file where the cache directory should be: mkdir fails
     monkeypatch.setenv("RPR_MT_CACHE_DIR", str(blocked / "cache"))
-    monkeypatch.setattr(native.tempfile, "tempdir", str(tmp_path / "tmp"))
+    monkeypatch.setattr(c_library.tempfile, "tempdir", str(tmp_path / "tmp"))
     (tmp_path / "tmp").mkdir()
-    built = native.build("relative_rows")
+    built = c_library.build("relative_rows")
     assert built.parent.parent == tmp_path / "tmp" and built.exists()
 
 

@@ -15,7 +15,7 @@ import torch
 from rpr_mt.config import DecodeConfig
 from rpr_mt.decode.translate import translate_lines
 from rpr_mt.model.upgrade import upgrade_state_dict
-from rpr_mt.checkpoints import average_checkpoints, load_checkpoint, load_for_inference, save_checkpoint
+from rpr_mt.checkpoint_files import average_checkpoints, load_checkpoint, load_for_inference, save_checkpoint
 
 FIXTURES = Path(__file__).parent / "fixtures"
 EXPECTED = json.loads((FIXTURES / "old_checkpoints_expected.json").read_text())

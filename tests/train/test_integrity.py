@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_from_dict
 from rpr_mt.errors import UserError
 from rpr_mt.train import checkpointing

@@ -55,7 +55,7 @@ def test_a_full_disk_stops_the_run_in_one_line_naming_the_file_and_the_latest_ch
 
     import pytest
 
-    from rpr_mt import checkpoints as ckpt
+    from rpr_mt import checkpoint_files as ckpt
     from rpr_mt.errors import UserError
     from rpr_mt.train import logger as logger_module
 

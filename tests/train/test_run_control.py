@@ -14,7 +14,7 @@ import pytest
 import torch
 import yaml
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_from_dict
 from rpr_mt.errors import UserError
 from rpr_mt.train import trainer

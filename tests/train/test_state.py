@@ -11,7 +11,7 @@ import pytest
 import torch
 from torch import nn
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_from_dict
 from rpr_mt.train.state import PAYLOAD_KEYS, TrainState
 from rpr_mt.train.trainer import train

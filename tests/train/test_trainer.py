@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from rpr_mt import checkpoints as ckpt
+from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_from_dict, config_to_dict, save_config
 from rpr_mt.data.prepare import prepare
 from rpr_mt.errors import UserError

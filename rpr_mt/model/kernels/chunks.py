@@ -1,5 +1,5 @@
-"""Chunked iteration over the [Lq, Lk] matrices of multi-head attention, shared by the fused (pure torch) and
-native (C kernel) implementations of relation-aware attention.
+"""Chunked iteration over the [Lq, Lk] matrices of multi-head attention, shared by the pure-torch
+(``torch_chunked``) and native (C kernel) implementations of relation-aware attention.
 
 Both walk over chunks of whole [Lq, Lk] matrices: blocks of heads x batch rows, in head-major order, a few MiB each
 on CPU so that a chunk's buffers stay in the last-level cache. Each chunk's q, k, v are copied into small contiguous

@@ -11,7 +11,7 @@ Implementations (``impl``):
   "fused"; without tables, in training, 0.57-0.66x the time of SDPA with attention dropout 0.1 at L = 48-128 (SDPA's
   CPU kernels fall back to an unfused path with dropout) and 0.76-0.95x without (benchmarks/bench_attention.py,
   benchmarks/bench_content_attention.py).
-* ``"fused"``: the same chunked algorithm as one pure-torch autograd Function (``fused.py``).
+* ``"fused"``: the same chunked algorithm as one pure-torch autograd Function (``torch_chunked.py``).
 * ``"gather"``: plain autograd compositions (``gather.py``), the readable reference; the least overhead for a few
   queries (incremental decoding), and for content attention on short sentences in training.
 * ``"sdpa"``: ``torch.nn.functional.scaled_dot_product_attention``, for content attention where no gradient is
@@ -42,10 +42,10 @@ from torch import Tensor
 
 from rpr_mt.model.dropout import drop_rate, keep_mask
 from rpr_mt.model.kernels import native
-from rpr_mt.model.kernels.fused import FusedRelativeAttention
 from rpr_mt.model.kernels.gather import relative_attention_gather
 from rpr_mt.model.kernels.geometry import relative_position_index
 from rpr_mt.model.kernels.rotary import rotate
+from rpr_mt.model.kernels.torch_chunked import ChunkedRelativeAttention
 from rpr_mt.model.kernels.triton_launch import version_tuple
 from rpr_mt.model.masks import PreparedMask, as_4d, mask_bias, revive_dead_rows
 
@@ -311,7 +311,7 @@ def relative_attention(
         if save_probs is None:
             # inference (translation) keeps nothing for a backward pass
             save_probs = needs_grad and _fits_saved_probs(q, k_len)
-        function = native.NativeRelativeAttention if impl == "native" else FusedRelativeAttention
+        function = native.NativeRelativeAttention if impl == "native" else ChunkedRelativeAttention
         extra = () if impl != "native" else (bucket_bias, angles)  # only the native Function takes these (above)
         return function.apply(
             q, k, v, rel_k, rel_v, bias, mask, dead, keep, clip, offset, dropout_p, chunk_bytes, save_probs, *extra

@@ -1,8 +1,8 @@
 """Relation-aware attention (Shaw et al., 2018) with the row work in a C kernel: the fast path on CPU (float32).
 
-The same chunked algorithm as ``fused.py``, with the same matrix products: q k^T, P v and their gradients as batched
-matmuls per [Lq, Lk] matrix, and the table products q w^K^T, fold(P) w^V, ... as one matmul over all rows of a
-chunk's heads. What changes is everything in between:
+The same chunked algorithm as ``torch_chunked.py``, with the same matrix products: q k^T, P v and their gradients
+as batched matmuls per [Lq, Lk] matrix, and the table products q w^K^T, fold(P) w^V, ... as one matmul over all rows
+of a chunk's heads. What changes is everything in between:
 
     forward   P = softmax(S + place(q w^K^T) + bias) with the mask, dropout P_d = P * keep / (1 - p), fold(P_d)
     backward  dS = P * (dP - delta), dP = (dO v^T + place(dO w^V^T)) * keep / (1 - p), delta = sum_j P dP, fold(dS)
@@ -14,9 +14,9 @@ The two row kernels are torch custom ops, ``torch.ops.rpr_mt.relative_rows_forwa
 check the shape, dtype, device and column contiguity of every operand and raise ``ValueError`` on a mismatch (a bad
 call would otherwise read or write out of bounds), they show up by name in ``torch.profiler``, and
 ``torch.compile`` treats them as opaque mutating ops. Inside, the C code is called through ctypes (built by
-``rpr_mt/native.py`` on first use, in about a second, where torch's C++ extension build takes ~80 s here).
-The autograd Function has the fused one's contract (validated inputs, dead rows revived, dropout keep mask drawn
-by the caller).
+``c_library.py`` on first use, in about a second, where torch's C++ extension build takes ~80 s here).
+The autograd Function has the contract of the pure-torch one (``torch_chunked``): validated inputs, dead rows
+revived, dropout keep mask drawn by the caller.
 """
 
 from __future__ import annotations
@@ -27,7 +27,7 @@ from typing import Iterator, Optional
 import torch
 from torch import Tensor
 
-from rpr_mt import native
+from rpr_mt.model.kernels import c_library
 from rpr_mt.model.kernels.rotary import rotate_half_split, rotate_half_split_
 from rpr_mt.model.kernels.chunks import (
     ChunkBuffers,
@@ -73,7 +73,7 @@ class _BackwardArgs(ctypes.Structure):
 
 
 def _library() -> ctypes.CDLL | None:
-    lib = native.load("relative_rows")
+    lib = c_library.load("relative_rows")
     if lib is not None and not hasattr(lib, "_rpr_typed"):
         lib.relative_rows_forward.argtypes = [ctypes.POINTER(_ForwardArgs)]
         lib.relative_rows_backward.argtypes = [ctypes.POINTER(_BackwardArgs)]

@@ -15,7 +15,7 @@ import ctypes
 import torch
 from torch import Tensor
 
-from rpr_mt import native
+from rpr_mt.model.kernels import c_library
 
 __all__ = ["angles", "rotate", "rotate_half_split", "rotate_half_split_"]
 
@@ -28,7 +28,7 @@ class _RotaryArgs(ctypes.Structure):
 
 
 def _library() -> ctypes.CDLL | None:
-    lib = native.load("rotary")
+    lib = c_library.load("rotary")
     if lib is not None and not hasattr(lib, "_rpr_typed"):
         lib.rotary.argtypes = [ctypes.POINTER(_RotaryArgs)]
         lib.rotary.restype = None

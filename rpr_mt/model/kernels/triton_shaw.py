@@ -912,7 +912,7 @@ def _table_grad(buffer: Tensor | None, table: Tensor | None) -> Tensor | None:
 
 
 class TritonShawAttention(torch.autograd.Function):
-    """The fused kernels as an autograd Function. Inputs as for ``fused.FusedRelativeAttention`` (validated, cast
+    """The fused kernels as an autograd Function. Inputs as for ``fused.ChunkedRelativeAttention`` (validated, cast
     and dead-row-revived by ``dispatch.relative_attention``), with dropout given as a seed or an explicit keep
     mask. Nothing runs in torch but allocations, zero-fills and casts: the table products, the folds, delta and the
     table gradients are all inside the kernels."""

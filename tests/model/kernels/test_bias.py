@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rpr_mt import native
+from rpr_mt.model.kernels import c_library
 from rpr_mt.model.kernels import relative_attention
 from rpr_mt.model.kernels.geometry import relative_position_index
 from rpr_mt.model.kernels.native import relative_rows_forward
@@ -22,7 +22,7 @@ IMPLS = ["native", "fused", "gather", "sdpa"]
 
 def run_impl(impl, inputs, clip, **kwargs):
     if impl == "native":
-        if native._compiler() is None:
+        if c_library._compiler() is None:
             pytest.skip("no C compiler")
         inputs = [None if t is None else t.detach().float().requires_grad_() for t in inputs]
         kwargs["bias"] = kwargs["bias"].detach().float().requires_grad_()
@@ -80,7 +80,7 @@ def test_bucket_bias_matches_its_spread_as_a_bias(impl, shared, clip, tables):
     expected = [out, *torch.autograd.grad(out, live, grad_out)]
 
     if impl == "native":
-        if native._compiler() is None:
+        if c_library._compiler() is None:
             pytest.skip("no C compiler")
         inputs = [None if t is None else t.detach().float().requires_grad_() for t in inputs]
         bucket = bucket.float()
@@ -106,7 +106,7 @@ def test_infinities_and_nan_keep_their_ieee_meaning_in_the_c_kernel(masked: bool
     """Built without finite-math-only: a -inf bias gives probability exactly 0 and a NaN logit makes its row NaN,
     as in torch.softmax; other rows are untouched. Rows of 37 keys put the special values both in the vectorized
     body of the row loops (the max reduction, expf) and in their scalar tails."""
-    if native._compiler() is None:
+    if c_library._compiler() is None:
         pytest.skip("no C compiler")
     scores = torch.randn(1, 1, 6, 37)
     bias = torch.zeros(1, 1, 6, 37)
@@ -129,7 +129,7 @@ def test_infinities_and_nan_keep_their_ieee_meaning_in_the_c_kernel(masked: bool
 
 
 def test_custom_ops_check_their_operands():
-    if native._compiler() is None:
+    if c_library._compiler() is None:
         pytest.skip("no C compiler")
     scores = torch.randn(2, 3, 4, 5)
     with pytest.raises(ValueError, match="key_buckets must have shape"):
@@ -148,7 +148,7 @@ def test_custom_ops_check_their_operands():
 
 
 def test_custom_op_is_visible_to_the_profiler():
-    if native._compiler() is None:
+    if c_library._compiler() is None:
         pytest.skip("no C compiler")
     inputs = [t.detach().float().requires_grad_() for t in make_inputs(2, 2, 8, 8, 4, 2, True, True, True)]
     with torch.profiler.profile() as prof:

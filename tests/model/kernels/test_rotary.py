@@ -6,11 +6,11 @@ from __future__ import annotations
 import pytest
 import torch
 
-from rpr_mt import native
+from rpr_mt.model.kernels import c_library
 from rpr_mt.model.kernels import rotary as rotary_module
 from rpr_mt.model.kernels.rotary import rotate_half_split
 
-needs_compiler = pytest.mark.skipif(native._compiler() is None, reason="no C compiler")
+needs_compiler = pytest.mark.skipif(c_library._compiler() is None, reason="no C compiler")
 
 
 def angles(length: int, dim: int, offset: int = 0) -> tuple[torch.Tensor, torch.Tensor]:

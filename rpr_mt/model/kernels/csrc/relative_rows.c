@@ -19,8 +19,8 @@
    across threads, over three nested loops (head, batch row, query) rather than one loop over rows whose indices
    cost three 64-bit divisions a row.
 
-   Compiled with -ffast-math -fno-finite-math-only (rpr_mt/native.py): infinities and NaN keep their IEEE meaning,
-   so a -inf bias gives probability 0 and a NaN logit makes its row NaN, as torch.softmax does (tested). glibc
+   Compiled with -ffast-math -fno-finite-math-only (c_library.py beside csrc/): infinities and NaN keep their IEEE
+   meaning, so a -inf bias gives probability 0 and a NaN logit makes its row NaN, as torch.softmax does (tested). glibc
    declares its vector expf (libmvec) only under __FAST_MATH__, which -fno-finite-math-only turns off, so it is
    declared here: libmvec's variants handle infinities and NaN. Without finite-math-only GCC will not vectorize a
    max reduction (fmaxf or x > m ? x : m: NaN operands make the order matter), so the row max says `omp simd

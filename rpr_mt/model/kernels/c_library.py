@@ -23,7 +23,7 @@ import tempfile
 import warnings
 from pathlib import Path
 
-SOURCE_DIR = Path(__file__).resolve().parent / "model" / "kernels" / "csrc"
+SOURCE_DIR = Path(__file__).resolve().parent / "csrc"
 # -ffast-math for vectorized loops and expf, but -fno-finite-math-only: the kernels must keep the IEEE meaning of
 # infinities and NaN (a -inf bias, a NaN logit), which finite-math-only makes undefined.
 FLAGS = ["-O3", "-march=native", "-ffast-math", "-fno-finite-math-only", "-fopenmp", "-shared", "-fPIC", "-std=c11"]

@@ -1,4 +1,4 @@
-"""rpr_mt/checkpoints.py: what a checkpoint that does not fit says (the first mismatch, the checkpoint's name)."""
+"""rpr_mt/checkpoint_files.py: what a checkpoint that does not fit says (the first mismatch, the checkpoint's name)."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import pytest
 import torch
 from torch import nn
 
-from rpr_mt import checkpoints as ckpt
-from rpr_mt.checkpoints import vocab_from_payload, weights_mismatch
+from rpr_mt import checkpoint_files as ckpt
+from rpr_mt.checkpoint_files import vocab_from_payload, weights_mismatch
 from rpr_mt.errors import UserError
 
 
@@ -43,7 +43,7 @@ def test_a_folder_of_checkpoints_resolves_to_its_own_files_never_a_neighbours(tm
     """--which last / best of a folder that holds checkpoint files itself (no checkpoints/ inside): its newest
     numbered file. Before, 'last' looked in the parent's checkpoints/ (another run's model) and 'best' had no
     fallback there."""
-    from rpr_mt.checkpoints import resolve_checkpoint
+    from rpr_mt.checkpoint_files import resolve_checkpoint
 
     nest = tmp_path / "nest"
     (nest / "checkpoints").mkdir(parents=True)
@@ -67,7 +67,7 @@ def test_a_folder_of_checkpoints_resolves_to_its_own_files_never_a_neighbours(tm
 def test_a_runs_relative_data_dir_is_found_from_any_directory(tmp_path, monkeypatch):
     """eval-bleu --checkpoint from outside the project: data.output_dir saved as 'data/x' (relative to where the
     run started) is found above the checkpoint; from inside the project, or absolute, it is taken as it is."""
-    from rpr_mt.checkpoints import prepared_data_of
+    from rpr_mt.checkpoint_files import prepared_data_of
 
     project = tmp_path / "project"
     (project / "data" / "x").mkdir(parents=True)
@@ -90,7 +90,7 @@ def test_the_run_s_own_data_with_the_model_s_vocabulary_is_taken_over_a_copy_her
     checkpoint's SentencePiece model counts; data of another vocabulary is an error, not a silent score."""
     import json
 
-    from rpr_mt.checkpoints import prepared_data_of
+    from rpr_mt.checkpoint_files import prepared_data_of
     from rpr_mt.errors import UserError
 
     def prepare(root: Path, sha: str) -> Path:
@@ -117,7 +117,7 @@ def test_the_run_s_own_data_with_the_model_s_vocabulary_is_taken_over_a_copy_her
 def _saved(directory: Path, step: int, weights: dict[str, torch.Tensor] | None = None, name: str | None = None,
            dev: dict | None = None, model: dict | None = None) -> Path:
     """A minimal checkpoint of update ``step`` (its config records the step, so the one an average takes is seen)."""
-    from rpr_mt import checkpoints as ckpt
+    from rpr_mt import checkpoint_files as ckpt
 
     payload = {"format": ckpt.FORMAT, "step": step,
                "config": {"model": model or {"d_model": 4}, "train": {"max_steps": step}},
@@ -131,7 +131,7 @@ def _saved(directory: Path, step: int, weights: dict[str, torch.Tensor] | None =
 def test_the_newest_update_gives_the_average_its_config_and_step_whatever_the_order_listed(tmp_path):
     """Listed newest first (as a shell glob sorted backwards, or by hand), the last file listed gave the average
     its config and update: `translate` said 'updates 6000..5750' and the average claimed update 5750."""
-    from rpr_mt.checkpoints import average_checkpoints, describe_checkpoint
+    from rpr_mt.checkpoint_files import average_checkpoints, describe_checkpoint
 
     old, new, mid = _saved(tmp_path, 5750), _saved(tmp_path, 6000), _saved(tmp_path, 5875)
     averaged = average_checkpoints([new, old, mid])
@@ -148,7 +148,7 @@ def test_checkpoints_either_side_of_a_resume_that_changed_an_ignored_setting_ave
     """A run may resume with another model.clip when its scheme ignores it; its train.average_last then averaged
     checkpoints from before and after, and was refused as two different models. A setting the scheme reads still
     is one."""
-    from rpr_mt.checkpoints import average_checkpoints
+    from rpr_mt.checkpoint_files import average_checkpoints
 
     before = _saved(tmp_path, 100, model={"positions": "absolute", "clip": 4, "t5": {"num_buckets": 32}})
     after = _saved(tmp_path, 200, model={"positions": "absolute", "clip": 2, "t5": {"num_buckets": 8}})
@@ -161,7 +161,7 @@ def test_checkpoints_either_side_of_a_resume_that_changed_an_ignored_setting_ave
 def test_refusing_to_average_two_models_says_what_differs(tmp_path):
     """'has a different model config or vocabulary' left the user to diff two configs of ~20 keys each (two lit_search
     runs differed only in model.dropout): the message names the keys, or the vocabulary."""
-    from rpr_mt.checkpoints import average_checkpoints
+    from rpr_mt.checkpoint_files import average_checkpoints
 
     base = _saved(tmp_path, 200, model={"d_model": 4, "dropout": 0.3})
     other = _saved(tmp_path, 100, model={"d_model": 4, "dropout": 0.2})
@@ -177,7 +177,7 @@ def test_refusing_to_average_two_models_says_what_differs(tmp_path):
 
 def test_a_checkpoint_listed_twice_is_refused(tmp_path):
     """The same file twice was averaged as two ('average of 2 checkpoints, updates 6000..6000'): it weighed twice."""
-    from rpr_mt.checkpoints import average_checkpoints
+    from rpr_mt.checkpoint_files import average_checkpoints
 
     first, second = _saved(tmp_path, 5750), _saved(tmp_path, 6000)
     with pytest.raises(UserError, match=r"^.*checkpoint_00006000\.pt is listed twice: list each checkpoint once$"):
@@ -196,7 +196,7 @@ def test_an_average_among_the_inputs_is_refused(tmp_path):
     """checkpoint_avg.pt listed with numbered checkpoints was averaged in silently, its checkpoints counted again
     (an average of 4 and 8, with 4 and 8, weighed them twice; with 12, gave 4 and 8 half the weight of 12). Its
     payload records what it averages; alone, it would only be copied."""
-    from rpr_mt.checkpoints import average_checkpoints
+    from rpr_mt.checkpoint_files import average_checkpoints
 
     first, second, third = _saved(tmp_path, 4), _saved(tmp_path, 8), _saved(tmp_path, 12)
     average = tmp_path / "checkpoint_avg.pt"
@@ -209,7 +209,7 @@ def test_an_average_among_the_inputs_is_refused(tmp_path):
 
 
 def test_the_same_update_with_other_weights_is_refused_as_not_one_trainings(tmp_path):
-    from rpr_mt.checkpoints import average_checkpoints
+    from rpr_mt.checkpoint_files import average_checkpoints
 
     (tmp_path / "a").mkdir()
     (tmp_path / "b").mkdir()
@@ -222,7 +222,7 @@ def test_the_same_update_with_other_weights_is_refused_as_not_one_trainings(tmp_
 def test_the_average_carries_the_dev_length_floor_of_its_newest_validated_input_and_no_dev_score(tmp_path):
     """translate warns about outputs shorter than the model's dev outputs (``length_ratio_p01``); the average had no
     statistic, so `--which average` never warned. Its dev scores belong to other weights and stay unclaimed."""
-    from rpr_mt.checkpoints import average_checkpoints, describe_checkpoint
+    from rpr_mt.checkpoint_files import average_checkpoints, describe_checkpoint
 
     def dev(step: int, floor: float) -> dict:
         return {"step": step, "nll": 1.0, "bleu": 40.0, "sentences": 300, "beam_size": 1, "length_ratio_p01": floor}
@@ -237,7 +237,7 @@ def test_the_average_carries_the_dev_length_floor_of_its_newest_validated_input_
 
 
 def test_an_average_of_one_checkpoint_is_said_in_the_singular(tmp_path):
-    from rpr_mt.checkpoints import average_checkpoints, describe_checkpoint
+    from rpr_mt.checkpoint_files import average_checkpoints, describe_checkpoint
 
     averaged = average_checkpoints([_saved(tmp_path, 5750)])
     assert describe_checkpoint(averaged) == "average of 1 checkpoint, update 5750; no dev score recorded"
@@ -245,7 +245,7 @@ def test_an_average_of_one_checkpoint_is_said_in_the_singular(tmp_path):
 
 def test_a_truncated_checkpoint_is_named_with_torch_s_reason_and_not_its_advice(tmp_path):
     """torch's message is a reason and then a paragraph of advice; the error once ended mid-sentence in the advice."""
-    from rpr_mt.checkpoints import FORMAT, load_checkpoint, save_checkpoint
+    from rpr_mt.checkpoint_files import FORMAT, load_checkpoint, save_checkpoint
 
     whole = tmp_path / "whole.pt"
     save_checkpoint({"format": FORMAT, "config": {}, "vocab": {}, "model": {"w": torch.zeros(4096)}}, whole)

@@ -8,7 +8,7 @@ import logging
 import pytest
 
 from rpr_mt.errors import UserError
-from rpr_mt.metrics import read_records
+from rpr_mt.run_metrics import read_records
 
 WHOLE = b'{"step": 1, "loss": 2.0}\n{"step": 2, "loss": 1.5}\n'
 

@@ -31,7 +31,7 @@ from rpr_mt.model.kernels.chunks import (
 from rpr_mt.model.kernels.geometry import Geometry, fold_into, place_offdiag, place_parts
 from rpr_mt.model.masks import mask_bias
 
-__all__ = ["FusedRelativeAttention"]
+__all__ = ["ChunkedRelativeAttention"]
 
 
 
@@ -82,7 +82,7 @@ class _Scores:
         return _softmax_(out)
 
 
-class FusedRelativeAttention(torch.autograd.Function):
+class ChunkedRelativeAttention(torch.autograd.Function):
     """Chunked relation-aware attention with in-place intermediates (see module docstring). Inputs are validated,
     cast to one dtype and dead-row-revived by ``dispatch.relative_attention``."""
 
