@@ -583,8 +583,8 @@ def eval_bleu(
     from rpr_mt.evaluate import reads_as_raw
 
     if checkpoint is not None and pretokenized:
-        # a raw --ref, e.g. Multi30k's test.de.gz; not any raw-looking line: the tok/ dev reference has 3 (ca. 120 cm),
-        # and that re-tokenized the model's own reference, lowering its literature BLEU (41.12 for 41.76)
+        # a raw --ref, e.g. Multi30k's test.de.gz, judged on all its lines: a tokenized reference has a few lines that
+        # look raw (the tok/ dev reference has 3, such as "ca. 120 cm"), and tokenizing it again would change it
         if reads_as_raw(references):
             # scored as it is, it met the model's tokenized text: literature BLEU 0 instead of the model's score
             pretokenized = False

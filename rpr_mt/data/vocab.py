@@ -83,8 +83,9 @@ def train_sentencepiece(
 def _drop_build_details(path: Path) -> None:
     """Clear what SentencePiece records about the build itself: the sample file's path (inside a temporary
     directory named after the preparing process), the output prefix and the thread count. Encoding never reads them,
-    but they made every preparation of the same corpus a different file, so a vocabulary fingerprint (the file's
-    sha256) changed when the same data was prepared again, and the run could no longer resume from its checkpoints."""
+    but kept, they would make every preparation of the same corpus a different file: the vocabulary fingerprint (the
+    file's sha256) would change when the same data is prepared again, and a run could not resume from its
+    checkpoints."""
     from sentencepiece import sentencepiece_model_pb2
 
     proto = sentencepiece_model_pb2.ModelProto()

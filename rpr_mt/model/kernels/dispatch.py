@@ -7,10 +7,9 @@ attend) and an optional float logit bias (what T5, ALiBi and Transformer-XL add 
 Implementations (``impl``):
 
 * ``"native"``: C row kernels (``native.py``); float32 on CPU with a C compiler, also under bf16 autocast (the
-  activations are cast up: ``_float32_on_cpu``). With tables, 15-30% faster than
-  "fused"; without tables, in training, 0.57-0.66x the time of SDPA with attention dropout 0.1 at L = 48-128 (SDPA's
-  CPU kernels fall back to an unfused path with dropout) and 0.76-0.95x without (benchmarks/bench_attention.py,
-  benchmarks/bench_content_attention.py).
+  activations are cast up: ``_float32_on_cpu``). The CPU default: faster than "fused" with tables, and in training
+  faster than SDPA without them, whose CPU kernels fall back to an unfused path with attention dropout (figures:
+  docs/benchmarks.md, "Relative attention, forward + backward" and "Attention without position terms").
 * ``"fused"``: the same chunked algorithm as one pure-torch autograd Function (``torch_chunked.py``).
 * ``"gather"``: plain autograd compositions (``gather.py``), the readable reference; the least overhead for a few
   queries (incremental decoding), and for content attention on short sentences in training.
@@ -18,12 +17,11 @@ Implementations (``impl``):
   needed, or off the CPU.
 * ``"triton"``: fused FlashAttention-style Triton kernels with both relative terms inside the online softmax
   (``triton_shaw.py``; CUDA, or the CPU under ``TRITON_INTERPRET=1``). The default for relative attention with 8+
-  queries in bfloat16 on an NVIDIA GPU of compute capability 8.0 or newer with Triton >= 3.2 (``_triton_runs``),
-  by measurement on an H200 in bf16 (``scripts/gpu_check.sh``, docs/benchmarks.md): the base model trained
-  1.34-1.64x as many tokens/s as on the torch path ("fused") with 0.86-0.89x its peak memory, and Shaw K+V
-  attention forward+backward took 0.23-0.36x the torch path's time at L = 64-1024 (the best of three tile shapes:
-  the default 64x64 at L = 64, 64x32 from L = 128).
-  float32 and float16 were not measured and stay on "fused", as does everything where the kernels cannot run, and
+  queries in bfloat16 on an NVIDIA GPU of compute capability 8.0 or newer with Triton >= 3.2 (``_triton_runs``):
+  there the base model trains faster and in less memory than on the torch path ("fused"), and Shaw K+V attention
+  forward+backward takes a fraction of its time (figures: docs/benchmarks.md, "Relative attention on a GPU: the
+  fused Triton kernel"; ``scripts/gpu_check.sh`` checks the kernels on a GPU). float32 and float16 stay on "fused"
+  (the kernels are measured in bf16 only), as does everything where the kernels cannot run, and
   ``RPR_MT_TRITON=0`` turns the default off.
 
 ``choose_impl`` is the whole policy; nothing else decides.
@@ -58,7 +56,7 @@ IMPLEMENTATIONS = ("auto", "native", "fused", "gather", "sdpa", "triton")
 _CPU_CHUNK_BYTES = 8 << 20
 _ACCEL_CHUNK_BYTES = 1 << 30
 # The chunked paths save the probabilities for the backward pass up to this size and recompute them above it. On
-# this project's CPUs saving was faster at every measured size (a fresh tensor's page faults cost less than the
+# the CPU saving is the faster of the two at every size measured (a fresh tensor's page faults cost less than the
 # recomputation); recomputation bounds the memory instead.
 _SAVE_PROBS_MAX_BYTES = 1 << 30
 # Below this many queries (incremental decoding) relative attention uses the gather path: the chunked paths'
@@ -120,10 +118,9 @@ def _float32_on_cpu(device_type: str, dtype: torch.dtype) -> bool:
     """Whether a CPU call under low-precision autocast computes its attention in float32 on the C kernels instead.
     The attention's matrix products are a small share of an update (d_head columns), and on the CPU the float32
     kernels are faster than the bfloat16 torch path ("fused"), whose casts and chunk copies cost more than its
-    arithmetic saves: in benchmarks/bench_train.py the Multi30k recipe's model trained at 1.54x its float32 speed in
-    bf16 with "fused" attention and at 1.73x with float32 attention (docs/benchmarks.md, "bf16 on a CPU with
-    bfloat16 instructions"). Float32 is also the more accurate choice; the projections around the attention stay in
-    bfloat16."""
+    arithmetic saves: a bf16 model trains faster with float32 attention than with "fused" bf16 attention
+    (benchmarks/bench_train.py; figures: docs/benchmarks.md, "bf16 on a CPU with bfloat16 instructions"). Float32 is
+    also the more accurate choice; the projections around the attention stay in bfloat16."""
     return (device_type == "cpu" and dtype in (torch.bfloat16, torch.float16) and torch.is_autocast_enabled("cpu")
             and native.built())
 
@@ -354,11 +351,11 @@ def _sdpa(
 def _without_cudnn_attention() -> Iterator[None]:
     """SDPA without its cuDNN backend (flash, memory-efficient and math stay), the previous setting restored after.
 
-    Torch 2.11 tries cuDNN attention first on Hopper and newer GPUs, and cuDNN builds an execution plan for every new
-    shape: on one H100 the demo's first epoch (a new (batch, length) shape nearly every update) ran at 6,400-12,400
-    target tokens/s with absolute positions and at 67,000 in its second epoch, when the shapes came again
-    (docs/benchmarks.md, "The fourth GPU session"). A translation trainer and a beam search meet hundreds of shapes;
-    flash and memory-efficient attention have no per-shape cost. Two flag calls, not ``sdpa_kernel`` (16 us a call)."""
+    Torch tries cuDNN attention first on Hopper and newer GPUs, and cuDNN builds an execution plan for every new
+    shape. A translation trainer and a beam search meet hundreds of shapes (a new (batch, length) shape nearly every
+    update of a first epoch), so with cuDNN the first epoch runs several times slower than the next ones (figures:
+    docs/benchmarks.md, "Relative attention on a GPU", cuDNN attention planning); flash and memory-efficient
+    attention have no per-shape cost. Two flag calls, not ``sdpa_kernel``, which costs more host time a call."""
     enabled = torch.backends.cuda.cudnn_sdp_enabled()
     if enabled:
         torch.backends.cuda.enable_cudnn_sdp(False)
