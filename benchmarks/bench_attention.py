@@ -53,7 +53,9 @@ import torch.nn.functional as F
 from rpr_mt.config import config_from_dict
 from rpr_mt.host import keep_freed_memory
 from rpr_mt.model.kernels import content_attention, native, relative_attention
-from rpr_mt.model.positions import AttentionPositions, build_position_scheme, relative_position_index
+from rpr_mt.model.kernels.geometry import relative_position_index
+from rpr_mt.model.positions.base import AttentionPositions
+from rpr_mt.model.positions.build import build_position_scheme
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
 from arguments import ArgumentParser, non_negative_int, positive_int, reports_user_errors  # noqa: E402

@@ -30,6 +30,7 @@ import yaml
 from rpr_mt.errors import UserError
 from rpr_mt.faults import fault_point
 from rpr_mt.languages import ISO_639_1
+from rpr_mt.model.positions.schemes import SCHEMES, RotarySettings, SchemeName, T5Settings, XLSettings
 
 log = logging.getLogger(__name__)
 
@@ -107,30 +108,6 @@ class DataConfig:
 
 
 @dataclass
-class T5Settings:
-    """model.positions = t5 (Raffel et al. 2020): a learned scalar per head and bucket of relative distance."""
-
-    num_buckets: int = 32  # buckets of relative distance (half per direction in the encoder)
-    max_distance: int = 128  # distances from here on share the last bucket of their direction
-    per_layer: bool = False  # one bias table per layer instead of one per stack (T5 shares it)
-
-
-@dataclass
-class XLSettings:
-    """model.positions = xl (Dai et al. 2019): content/position decomposition with sinusoidal R and biases u, v."""
-
-    clip: Optional[int] = None  # clip relative distances at this k (null: every distance in the call has its own R)
-    per_layer_biases: bool = False  # u and v per layer instead of shared by the layers of a stack (the paper)
-
-
-@dataclass
-class RotarySettings:
-    """model.positions = rope (Su et al. 2021): queries and keys rotated by their positions."""
-
-    base: float = 10000.0  # theta: dimension pair m turns by position * base^(-2m/d_head)
-
-
-@dataclass
 class ModelConfig:
     """The encoder-decoder Transformer and its position representation."""
 
@@ -144,9 +121,9 @@ class ModelConfig:
     attention_dropout: float = 0.0  # dropout on attention probabilities
     activation_dropout: float = 0.0  # dropout inside the feed-forward block
     norm: Literal["post", "pre"] = "post"  # layer-norm placement; the paper is post-norm
-    # position scheme (rpr_mt/model/positions): none | absolute | relative (Shaw) | absolute+relative | t5 | xl |
-    # rope | alibi
-    positions: Literal["relative", "absolute", "absolute+relative", "none", "t5", "xl", "rope", "alibi"] = "relative"
+    # position scheme, one of rpr_mt.model.positions.SCHEMES: relative (Shaw) | absolute | absolute+relative | none |
+    # t5 | xl | rope | alibi
+    positions: SchemeName = "relative"
     absolute_kind: Literal["sinusoidal", "learned"] = "sinusoidal"  # for positions=absolute(+relative)
     max_positions: int = 1024  # longest sequence the model accepts (learned table size; truncation limit)
     clip: int = 16  # relative: clipping distance k (2k+1 relative vectors); 0 = one vector, no order
@@ -158,20 +135,12 @@ class ModelConfig:
     rope: RotarySettings = field(default_factory=RotarySettings)  # positions=rope
 
 
-_SHAW = ("relative", "absolute+relative")
-
-# The model settings that only some position schemes read (rpr_mt/model/positions), each with the schemes that read
-# it; every other model setting matters to every scheme. Load warns about the others when they are given, and a
-# resumed run ignores their changes (rpr_mt.train.run_dir).
+# The model settings that only some position schemes read (``Scheme.reads``), each with the schemes that read it, in
+# ModelConfig's order; every other model setting matters to every scheme. Load warns about the others when they are
+# given, and a resumed run ignores their changes (rpr_mt.train.run_dir).
 SCHEME_SETTINGS: dict[str, tuple[str, ...]] = {
-    "absolute_kind": ("absolute", "absolute+relative"),
-    "clip": _SHAW,
-    "use_key": _SHAW,
-    "use_value": _SHAW,
-    "share_across_heads": _SHAW,
-    "t5": ("t5",),
-    "xl": ("xl",),
-    "rope": ("rope",),
+    key: readers for key in (f.name for f in dataclasses.fields(ModelConfig))
+    if (readers := tuple(name for name, scheme in SCHEMES.items() if key in scheme.reads))
 }
 
 
@@ -302,18 +271,12 @@ class Config:
             _require(0.0 <= getattr(m, key) < 1.0, f"model.{key} must be in [0, 1)")
         _require(m.clip >= 0, f"model.clip must be >= 0 (got {m.clip})")
         _require(m.max_positions > 0, "model.max_positions must be positive")
-        if m.positions in ("relative", "absolute+relative"):
-            _require(m.use_key or m.use_value, "model.use_key and model.use_value cannot both be false")
-        _require(m.t5.num_buckets >= 4 and m.t5.num_buckets % 2 == 0,
-                 f"model.t5.num_buckets must be an even number >= 4 (got {m.t5.num_buckets})")
-        _require(m.t5.max_distance > m.t5.num_buckets // 2,
-                 f"model.t5.max_distance must exceed model.t5.num_buckets / 2 (got {m.t5.max_distance})")
-        _require(m.xl.clip is None or m.xl.clip >= 0,
-                 f"model.xl.clip must be >= 0 or null (got {yaml_value(m.xl.clip)})")
-        _require(math.isfinite(m.rope.base) and m.rope.base > 1.0, f"model.rope.base must be > 1 (got {m.rope.base})")
-        if m.positions == "rope":
-            _require((m.d_model // m.n_heads) % 2 == 0,
-                     f"model.positions=rope needs an even head dimension (d_model / n_heads = {m.d_model // m.n_heads})")
+        for scheme in SCHEMES.values():  # every scheme's settings section, and the chosen scheme's own rules
+            section_problem = getattr(m, scheme.name).problem() if scheme.settings is not None else None
+            _require(section_problem is None, section_problem or "")
+            if scheme.name == m.positions:
+                problem = scheme.problem(m)
+                _require(problem is None, problem or "")
         _require(t.max_tokens > 0, "train.max_tokens must be positive")
         _require(t.update_freq >= 1, "train.update_freq must be >= 1")
         _require(

@@ -4,22 +4,21 @@ The model is described with CTranslate2's own specification API (``ctranslate2.s
 by its ``Converter``; nothing here knows the binary format. The model directory's files are named in
 ``rpr_mt.layouts`` (which its readers import instead of this module).
 
-How the position schemes map onto what CTranslate2 can hold:
+Each position scheme declares how CTranslate2 holds it (``Scheme.ctranslate2`` in
+``rpr_mt.model.positions.schemes``: a layout, or why it cannot); this module writes each layout:
 
-    absolute, none        the exact table as explicit position encodings (zeros for none): our sinusoids
-                          interleave sin/cos, CTranslate2's built-in ones are concatenated halves
-    relative, shared      relative_position_keys / _values [2k+1, d_head] in every self-attention layer; a term the
-                          model does not use is a zero table (q . 0 and softmax . 0 add nothing)
-    relative, k = 0       no order information at all: q . aK[0] is the same for every key, which the softmax
-                          ignores, and aV[0] is added to every output row (the weights sum to 1), i.e. a constant
-                          folded into the output projection's bias; exported like absolute / none, any tables
-    t5                    relative_attention_bias [buckets, H] and relative_attention_max_distance, added after the
-                          1/sqrt(d_head) scaling as in rpr-mt; CTranslate2 computes it from a stack's first layer
-    alibi                 a T5 bias table whose exact buckets cover every distance below max_positions and hold
-                          -m_h * distance: CTranslate2 has ALiBi only in decoders, this form works in both stacks
-    rope                  rotary embeddings over the whole head dimension, half-split (non-interleaved) layout
+    encodings     the exact table as explicit position encodings (zeros for none): our sinusoids interleave
+                  sin/cos, CTranslate2's built-in ones are concatenated halves. Shaw's k = 0 is held so too: its
+                  value vector is a constant folded into the output projection's bias
+    shaw          relative_position_keys / _values [2k+1, d_head] in every self-attention layer; a term the model
+                  does not use is a zero table (q . 0 and softmax . 0 add nothing)
+    t5 bias       relative_attention_bias [buckets, H] and relative_attention_max_distance, added after the
+                  1/sqrt(d_head) scaling as in rpr-mt; CTranslate2 computes it from a stack's first layer
+    alibi bias    a T5 bias table whose exact buckets cover every distance below max_positions and hold
+                  -m_h * distance: CTranslate2 has ALiBi only in decoders, this form works in both stacks
+    rotary        rotary embeddings over the whole head dimension, half-split (non-interleaved) layout
 
-Everything else is refused by ``unsupported_reason`` with one line saying why and what to train instead.
+A model CTranslate2 cannot hold is refused by ``unsupported_reason`` with its scheme's one line: why, what to train instead.
 """
 
 from __future__ import annotations
@@ -40,7 +39,9 @@ from rpr_mt.config import ModelConfig, config_from_dict, config_to_dict, is_pret
 from rpr_mt.data.vocab import MODEL_FILE
 from rpr_mt.errors import UserError
 from rpr_mt.layouts import CTRANSLATE2_WEIGHTS, EXPORT_FORMAT, EXPORT_INFO_FILE
-from rpr_mt.model.positions import describe_positions
+from rpr_mt.model.positions import SCHEMES, describe_positions
+from rpr_mt.model.positions.schemes import CT2_ALIBI_BIAS, CT2_ENCODINGS, CT2_ROTARY, CT2_SHAW, CT2_T5_BIAS, \
+    Unexportable
 
 if TYPE_CHECKING:
     from ctranslate2.specs import transformer_spec
@@ -76,32 +77,15 @@ def quantization_types() -> tuple[str, ...]:
 
 def unsupported_reason(cfg: ModelConfig) -> Optional[str]:
     """None when CTranslate2 can hold a model of this config exactly, else one line: why not, what to train."""
-    relative = cfg.positions in ("relative", "absolute+relative") and cfg.clip > 0
-    if relative and cfg.positions == "absolute+relative":
-        return ("model.positions=absolute+relative cannot be exported to CTranslate2: a stack whose self-attention "
-                "has relative positions ignores absolute position encodings there; train with "
-                "--set model.positions=relative (or absolute) instead")
-    if relative and not cfg.share_across_heads and cfg.n_heads > 1:
-        return ("relative position tables per head (model.share_across_heads=false, the paper's base model) cannot "
-                "be exported to CTranslate2, which holds one [2k+1, d_head] key and value table per layer shared by "
-                "all heads; train with --set model.share_across_heads=true instead")
-    if cfg.positions == "t5" and cfg.t5.per_layer:
-        return ("model.t5.per_layer=true cannot be exported to CTranslate2, which computes the T5 bias of a stack "
-                "once, from its first layer's table; train with --set model.t5.per_layer=false instead")
-    if cfg.positions == "xl":
-        return ("model.positions=xl cannot be exported to CTranslate2: Transformer-XL's position term "
-                "(q_i + v) . W_R R_{i-j} takes another query than the content term (q_i + u) and a projected table "
-                "per head, and CTranslate2's relative attention has one shared key table and one query; train with "
-                "--set model.positions=relative --set model.share_across_heads=true (or t5, rope) instead")
-    return None
+    form = SCHEMES[cfg.positions].ctranslate2(cfg)
+    return form.reason if isinstance(form, Unexportable) else None
 
 
 def _layout(cfg: ModelConfig) -> str:
-    """How an expressible model is held: 'encodings' (a position table added to the embeddings), 'shaw' (relative
-    key/value tables), 'bias' (a T5-style bucketed logit bias) or 'rope'."""
-    if cfg.positions in ("relative", "absolute+relative"):
-        return "shaw" if cfg.clip > 0 else "encodings"
-    return {"absolute": "encodings", "none": "encodings", "t5": "bias", "alibi": "bias", "rope": "rope"}[cfg.positions]
+    """How an expressible model is held: one of the ``CT2_*`` layouts of ``rpr_mt.model.positions.schemes``."""
+    form = SCHEMES[cfg.positions].ctranslate2(cfg)
+    assert not isinstance(form, Unexportable), form.reason  # build_spec refuses those first
+    return form
 
 
 # --------------------------------------------------------------------------------------------------------------------
@@ -142,7 +126,7 @@ def _set_self_attention(spec: Any, attn: Any, norm: torch.nn.LayerNorm, layout: 
     _set_linear(spec.linear[1], attn.out_proj.weight, _output_bias(attn))
     # CTranslate2's default query scale is 1/sqrt(d_head) too; set it so that the model never depends on a default
     spec.queries_scale = np.float32(1.0 / math.sqrt(attn.d_head))
-    if layout == "shaw":
+    if layout == CT2_SHAW:
         positions = attn.positions
         shape = (2 * positions.clip + 1, attn.d_head)  # per-head tables reach here only with one head
         zeros = np.zeros(shape, dtype=np.float32)
@@ -176,10 +160,10 @@ def _position_encodings(model: "Seq2Seq") -> np.ndarray:
     return _array(absolute.sinusoid)
 
 
-def _bias_tables(model: "Seq2Seq") -> tuple[tuple[np.ndarray, int], tuple[np.ndarray, int]]:
-    """(table [buckets, H], max_distance) for the encoder and the decoder of a t5 or alibi model."""
+def _bias_tables(model: "Seq2Seq", layout: str) -> tuple[tuple[np.ndarray, int], tuple[np.ndarray, int]]:
+    """(table [buckets, H], max_distance) for the encoder and the decoder of a model held as a T5 or ALiBi bias."""
     cfg = model.cfg
-    if cfg.positions == "t5":
+    if layout == CT2_T5_BIAS:
         tables = model.positions.encoder_table.weight, model.positions.decoder_table.weight
         return (_array(tables[0]), cfg.t5.max_distance), (_array(tables[1]), cfg.t5.max_distance)
     # ALiBi as T5 buckets. CTranslate2's buckets are exact (one per distance) below num_buckets / 4 in the encoder
@@ -209,9 +193,9 @@ def build_spec(model: "Seq2Seq", vocab: "Vocab") -> "transformer_spec.Transforme
     layout = _layout(cfg)
     options: dict[str, Any] = dict(
         pre_norm=cfg.norm == "pre", activation=common_spec.Activation.RELU,
-        relative_position=layout == "shaw", relative_attention_bias=layout == "bias",
+        relative_position=layout == CT2_SHAW, relative_attention_bias=layout in (CT2_T5_BIAS, CT2_ALIBI_BIAS),
     )
-    if layout == "rope":  # rotary_dim 0 = every dimension of the head
+    if layout == CT2_ROTARY:  # rotary_dim 0 = every dimension of the head
         options.update(rotary_dim=0, rotary_interleave=False, rotary_base=float(cfg.rope.base))
     encoder = transformer_spec.TransformerEncoderSpec(cfg.encoder_layers, cfg.n_heads, **options)
     decoder = transformer_spec.TransformerDecoderSpec(cfg.decoder_layers, cfg.n_heads, **options)
@@ -223,7 +207,7 @@ def build_spec(model: "Seq2Seq", vocab: "Vocab") -> "transformer_spec.Transforme
     encoder.embeddings[0].weight = embeddings
     decoder.embeddings.weight = embeddings
     decoder.projection.weight = embeddings
-    if layout == "encodings":
+    if layout == CT2_ENCODINGS:
         table = _position_encodings(model)
         encoder.position_encodings.encodings = table
         decoder.position_encodings.encodings = table
@@ -238,8 +222,8 @@ def build_spec(model: "Seq2Seq", vocab: "Vocab") -> "transformer_spec.Transforme
         _set_self_attention(spec.self_attention, layer.self_attn, layer.self_block.norm, layout)
         _set_cross_attention(spec.attention, layer.cross_attn, layer.cross_block.norm)
         _set_ffn(spec.ffn, layer.ff, layer.ff_block.norm)
-    if layout == "bias":
-        for stack, (table, max_distance) in zip((encoder, decoder), _bias_tables(model)):
+    if layout in (CT2_T5_BIAS, CT2_ALIBI_BIAS):
+        for stack, (table, max_distance) in zip((encoder, decoder), _bias_tables(model, layout)):
             for spec in stack.layer:  # every layer is declared; CTranslate2 reads the first one's
                 spec.self_attention.relative_attention_bias = table
                 spec.self_attention.relative_attention_max_distance = np.int32(max_distance)

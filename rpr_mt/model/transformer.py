@@ -23,7 +23,8 @@ from rpr_mt.model.attention import MultiHeadAttention
 from rpr_mt.model.cache import KVCache
 from rpr_mt.model.dropout import dropout
 from rpr_mt.model.masks import PreparedMask, causal_mask, prepare_mask
-from rpr_mt.model.positions import AttentionPositions, build_position_scheme
+from rpr_mt.model.positions.base import AttentionPositions
+from rpr_mt.model.positions.build import build_position_scheme
 
 
 @dataclass

@@ -17,7 +17,7 @@ from rpr_mt.model.attention import (
 )
 from rpr_mt.model.dropout import drop_rate, keep_mask
 from rpr_mt.model.masks import as_4d, prepare_mask
-from rpr_mt.model.positions import ShawTables, relative_position_index
+from rpr_mt.model.positions.shaw import ShawTables, relative_position_index
 
 from .reference import reference_attention
 

@@ -3,7 +3,8 @@ import math
 import pytest
 import torch
 
-from rpr_mt.model.positions import relative_position_index, sinusoidal_positions
+from rpr_mt.model.positions.absolute import sinusoidal_positions
+from rpr_mt.model.positions.shaw import relative_position_index
 
 
 def test_relative_position_index_paper_example():

@@ -1,67 +1,34 @@
-"""Position schemes: how a model knows the order of its tokens. One file a scheme, behind the two-part contract in
-``base.py``; ``build_position_scheme`` is the only place that maps ``model.positions`` to a class.
+"""Position schemes: how a model knows the order of its tokens.
 
-    none               no order information: the encoder is permutation-equivariant
-    absolute           sinusoidal or learned vectors added to the embeddings (Vaswani et al. 2017)
     relative           Shaw et al. (2018): learned key/value tables over clipped relative distances
+    absolute           sinusoidal or learned vectors added to the embeddings (Vaswani et al. 2017)
     absolute+relative  both (Shaw et al. report no further gain, Section 4.2)
+    none               no order information: the encoder is permutation-equivariant
     t5                 a learned per-head scalar per bucket of relative distance (Raffel et al. 2020)
     xl                 Transformer-XL's content/position decomposition with sinusoidal R (Dai et al. 2019)
     rope               rotary queries and keys (Su et al. 2021)
     alibi              fixed linear biases -m_h |i - j| (Press et al. 2022)
 
-A new scheme is a new file with a ``PositionScheme`` subclass, a line in ``SCHEMES``, its name in the config's
-``positions`` choices, and its test.
+A scheme has two halves, and this package holds both:
+
+* its declaration, a ``Scheme`` in ``schemes.py`` (no torch): the settings it reads, its own settings section, the
+  rules a config must satisfy for it, and how CTranslate2 holds it. ``rpr_mt.config`` takes the choices of
+  ``model.positions``, the settings sections, the warnings about ignored settings and the validation from there;
+  ``rpr_mt.export.ctranslate2`` takes the export layout.
+* its computation, a ``PositionScheme`` subclass in a file of its own, behind the two-part contract in ``base.py``
+  (what is added to the embeddings, and each self-attention layer's ``AttentionPositions``: rotation, logit bias or
+  the whole product). Every scheme decodes incrementally: the contract's offsets place cached queries and keys.
+  ``build.py`` maps each name to its class; ``build_position_scheme`` is the only place that does.
+
+A new scheme is a file with its ``PositionScheme`` subclass, its ``Scheme`` in ``schemes.py`` (with a settings
+dataclass if it has settings, which ``ModelConfig`` then holds in a field of the scheme's name), a line in
+``build.py``, and its tests (tests/model/positions/). The exporter changes only for a scheme that CTranslate2 holds
+in a layout it does not write yet.
+
+This module imports only the declarations, so that the config can read them without torch; import the classes
+from their modules (``build``, ``base``, ``shaw``, ...).
 """
 
-from __future__ import annotations
+from rpr_mt.model.positions.schemes import SCHEMES, Scheme, describe_positions
 
-from typing import Callable
-
-from rpr_mt.config import SCHEME_SETTINGS, ModelConfig
-from rpr_mt.model.positions.absolute import AbsoluteEncoding, sinusoidal_positions, sinusoids
-from rpr_mt.model.positions.alibi import ALiBiPositions, alibi_slopes
-from rpr_mt.model.positions.base import AttentionPositions, PositionScheme, Stack
-from rpr_mt.model.positions.rope import RotaryPositions
-from rpr_mt.model.positions.shaw import ShawPositions, ShawTables, relative_position_index
-from rpr_mt.model.positions.t5 import T5Positions, t5_relative_bucket
-from rpr_mt.model.positions.xl import XLPositions
-
-__all__ = [
-    "SCHEMES",
-    "AbsoluteEncoding",
-    "AttentionPositions",
-    "PositionScheme",
-    "ShawTables",
-    "Stack",
-    "alibi_slopes",
-    "build_position_scheme",
-    "describe_positions",
-    "relative_position_index",
-    "sinusoidal_positions",
-    "sinusoids",
-    "t5_relative_bucket",
-]
-
-SCHEMES: dict[str, Callable[[ModelConfig], PositionScheme]] = {
-    "none": lambda cfg: PositionScheme(cfg),
-    "absolute": lambda cfg: PositionScheme(cfg, absolute=True),
-    "relative": lambda cfg: ShawPositions(cfg),
-    "absolute+relative": lambda cfg: ShawPositions(cfg, absolute=True),
-    "t5": T5Positions,
-    "xl": XLPositions,
-    "rope": RotaryPositions,
-    "alibi": ALiBiPositions,
-}
-
-
-def build_position_scheme(cfg: ModelConfig) -> PositionScheme:
-    """The scheme named by ``cfg.positions``, with its settings from ``cfg``."""
-    return SCHEMES[cfg.positions](cfg)
-
-
-def describe_positions(cfg: ModelConfig) -> str:
-    """``cfg.positions`` as a report names it: "learned absolute" for a learned table of absolute vectors, the
-    scheme's name otherwise (absolute alone is the paper's sinusoids)."""
-    learned = cfg.absolute_kind == "learned" and cfg.positions in SCHEME_SETTINGS["absolute_kind"]
-    return f"learned {cfg.positions}" if learned else cfg.positions
+__all__ = ["SCHEMES", "Scheme", "describe_positions"]

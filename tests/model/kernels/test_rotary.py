@@ -159,7 +159,7 @@ def test_rope_layer_rotating_inside_the_native_kernel_equals_rotating_first() ->
     layer given rotated q and k (as with a cache) agrees, outputs and gradients, queries at an offset included."""
     from rpr_mt.config import config_from_dict
     from rpr_mt.model.masks import causal_mask
-    from rpr_mt.model.positions import build_position_scheme
+    from rpr_mt.model.positions.build import build_position_scheme
 
     cfg = config_from_dict({"model": {"d_model": 32, "n_heads": 4, "positions": "rope"}}).model
     layer = build_position_scheme(cfg).self_attention("decoder", 0)

@@ -10,7 +10,9 @@ import torch
 
 from rpr_mt.config import config_from_dict
 from rpr_mt.model.masks import causal_mask
-from rpr_mt.model.positions import alibi_slopes, build_position_scheme, t5_relative_bucket
+from rpr_mt.model.positions.alibi import alibi_slopes
+from rpr_mt.model.positions.build import build_position_scheme
+from rpr_mt.model.positions.t5 import t5_relative_bucket
 from rpr_mt.model.positions.rope import rotate
 
 F64 = torch.float64
