@@ -22,7 +22,6 @@ these weights were validated, their dev scores (``dev``).
 from __future__ import annotations
 
 import hashlib
-import json
 import os
 import pickle
 import re
