@@ -121,8 +121,8 @@ class ModelConfig:
     attention_dropout: float = 0.0  # dropout on attention probabilities
     activation_dropout: float = 0.0  # dropout inside the feed-forward block
     norm: Literal["post", "pre"] = "post"  # layer-norm placement; the paper is post-norm
-    # position scheme, one of rpr_mt.model.positions.SCHEMES: relative (Shaw) | absolute | absolute+relative | none |
-    # t5 | xl | rope | alibi
+    # position scheme (rpr_mt/model/positions): none | absolute | relative (Shaw) | absolute+relative | t5 | xl |
+    # rope | alibi
     positions: SchemeName = "relative"
     absolute_kind: Literal["sinusoidal", "learned"] = "sinusoidal"  # for positions=absolute(+relative)
     max_positions: int = 1024  # longest sequence the model accepts (learned table size; truncation limit)
