@@ -3,8 +3,9 @@
 OpenMP threads that wait for a sibling spin by default; when another process holds a core, the spinning thread burns
 the core its sibling needs. Sleeping at once (``OMP_WAIT_POLICY=PASSIVE``) makes training several times faster beside
 another busy process and costs little on a quiet machine, so it is the default and a user's own value wins (figures:
-docs/benchmarks.md, "CPU threads on a shared machine"). libgomp reads the variable once, when torch loads it, so ``sleep_waiting_openmp_threads`` must run before
-the first ``import torch``: the ``rpr-mt`` command and the scripts that train call it first.
+docs/benchmarks.md, "CPU threads on a shared machine"). libgomp reads the variable once, when torch loads it, so
+``sleep_waiting_openmp_threads`` must run before the first ``import torch``: the ``rpr-mt`` command and the scripts
+that train call it first.
 
 glibc's malloc serves every block above 32 MiB (and, by its default heuristics, many smaller ones) with a fresh
 ``mmap`` and returns it to the kernel on ``free``. A training step allocates and frees the same large tensors every

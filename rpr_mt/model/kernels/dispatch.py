@@ -9,7 +9,7 @@ Implementations (``impl``):
 * ``"native"``: C row kernels (``native.py``); float32 on CPU with a C compiler, also under bf16 autocast (the
   activations are cast up: ``_float32_on_cpu``). The CPU default: faster than "fused" with tables, and in training
   faster than SDPA without them, whose CPU kernels fall back to an unfused path with attention dropout (figures:
-  docs/benchmarks.md, "Relative attention, forward + backward" and "Attention without position terms").
+  docs/benchmarks.md, "CPU: relative attention, forward + backward" and "Attention without position terms").
 * ``"fused"``: the same chunked algorithm as one pure-torch autograd Function (``torch_chunked.py``).
 * ``"gather"``: plain autograd compositions (``gather.py``), the readable reference; the least overhead for a few
   queries (incremental decoding), and for content attention on short sentences in training.
@@ -19,10 +19,10 @@ Implementations (``impl``):
   (``triton_shaw.py``; CUDA, or the CPU under ``TRITON_INTERPRET=1``). The default for relative attention with 8+
   queries in bfloat16 on an NVIDIA GPU of compute capability 8.0 or newer with Triton >= 3.2 (``_triton_runs``):
   there the base model trains faster and in less memory than on the torch path ("fused"), and Shaw K+V attention
-  forward+backward takes a fraction of its time (figures: docs/benchmarks.md, "Relative attention on a GPU: the
-  fused Triton kernel"; ``scripts/gpu_check.sh`` checks the kernels on a GPU). float32 and float16 stay on "fused"
-  (the kernels are measured in bf16 only), as does everything where the kernels cannot run, and
-  ``RPR_MT_TRITON=0`` turns the default off.
+  forward+backward takes a fraction of its time (figures: docs/benchmarks.md, "GPU": "Attention, forward +
+  backward" and "Training throughput and peak memory"; ``scripts/gpu_check.sh`` checks the kernels on a GPU).
+  float32 and float16 stay on "fused" (the kernels are measured in bf16 only), as does everything where the kernels
+  cannot run, and ``RPR_MT_TRITON=0`` turns the default off.
 
 ``choose_impl`` is the whole policy; nothing else decides.
 """
@@ -354,7 +354,7 @@ def _without_cudnn_attention() -> Iterator[None]:
     Torch tries cuDNN attention first on Hopper and newer GPUs, and cuDNN builds an execution plan for every new
     shape. A translation trainer and a beam search meet hundreds of shapes (a new (batch, length) shape nearly every
     update of a first epoch), so with cuDNN the first epoch runs several times slower than the next ones (figures:
-    docs/benchmarks.md, "Relative attention on a GPU", cuDNN attention planning); flash and memory-efficient
+    docs/benchmarks.md, "GPU", "The first epoch: kernel variants and cuDNN plans"); flash and memory-efficient
     attention have no per-shape cost. Two flag calls, not ``sdpa_kernel``, which costs more host time a call."""
     enabled = torch.backends.cuda.cudnn_sdp_enabled()
     if enabled:

@@ -4,8 +4,8 @@ does what ``kernel[grid](*args, **kwargs)`` does, in about a third of the host t
 ``JITFunction.run`` binds every argument, specializes each (in C++), builds a cache key string, checks the kernel's
 globals and only then launches: for the attention kernels, which take ~50 arguments, that is several times the host
 time of the compiled kernel's own runner (``CompiledKernel[grid](*args)``; ``benchmarks/bench_triton_launch.py``,
-figures in docs/benchmarks.md, "Relative attention on a GPU", Triton's launcher). With small batches a GPU waits for
-that time: four launches per attention call, 24 per update of a base model.
+figures in docs/benchmarks.md, "GPU", "Host time per call"). With small batches a GPU waits for that time: four
+launches per attention call, 24 per update of a base model.
 
 The launcher keeps the compiled kernel of each specialization it has met under a key that holds everything Triton's
 own key would distinguish: the device, each argument's type, each tensor's dtype and, unless the parameter opts out,

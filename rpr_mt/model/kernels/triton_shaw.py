@@ -99,7 +99,7 @@ class Blocks(NamedTuple):
 class Tiles(NamedTuple):
     """Launch settings of each kernel (``benchmarks/tune_gpu_attention.py`` times them kernel by kernel). The
     defaults are one Blocks for all: tiles chosen per kernel make the attention calls of a benchmark faster but
-    base-model training slower (docs/benchmarks.md, "Relative attention on a GPU")."""
+    base-model training slower (docs/benchmarks.md, "GPU")."""
 
     forward: Blocks = Blocks()
     dkdv: Blocks = Blocks()  # BN keys per program, BM queries per loop step; also the serial backward's tiles
