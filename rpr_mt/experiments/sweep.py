@@ -33,7 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
-from rpr_mt.config import Config, config_to_dict, is_pretokenized, load_config, yaml_value
+from rpr_mt.config import Config, HubSettings, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
 from rpr_mt.host import give_new_file_mode
 from rpr_mt.locks import held_by_another, locked_directory
@@ -109,6 +109,8 @@ LATER_SETTINGS: dict[tuple[str, str], tuple[Any, Any]] = {
     ("decode", "split_sentences"): (True, False),
     ("data", "multi30k_text"): ("raw", "raw"),
     ("decode", "buffer_lines"): (2000, None),  # windows of the input: the same outputs as one window
+    # data.source: hub's section; runs of other sources never read it
+    ("data", "hub"): (dataclasses.asdict(HubSettings()), None),
 }
 
 # Where Multi30k is read from (data.multi30k_dir: a local copy, or the download when unset) is no setting of the
