@@ -44,7 +44,8 @@ import torch
 
 from rpr_mt.config import DecodeConfig, config_from_dict, config_to_dict
 from rpr_mt.decode.ctranslate2 import ExportedTranslator
-from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.decode.translate import translate_lines
+from rpr_mt.lines import read_lines
 from rpr_mt.evaluate import score
 from rpr_mt.export.ctranslate2 import export_ctranslate2
 

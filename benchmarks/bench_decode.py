@@ -43,8 +43,9 @@ from pathlib import Path
 import torch
 
 from rpr_mt.config import DecodeConfig, ModelConfig
-from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.decode.translate import translate_lines
 from rpr_mt.device import resolve_device
+from rpr_mt.lines import read_lines
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, bench_train.py, beside this file
 from arguments import ArgumentParser, positive_int, reports_user_errors  # noqa: E402

@@ -56,7 +56,8 @@ def main(argv: list[str] | None = None) -> int:
 
     from rpr_mt.data.sources import read_lines
     from rpr_mt.errors import UserError
-    from rpr_mt.evaluate import detokenize_multi30k, score
+    from rpr_mt.evaluate import score
+    from rpr_mt.text.multi30k import detokenize_multi30k
     from rpr_mt.text import casing
 
     root = Path(args.multi30k_dir)

@@ -50,8 +50,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--quick", action="store_true", help="smoke test: the tests' tiny checkpoint, 1 repeat")
     args = parser.parse_args(argv)
 
-    from rpr_mt.decode.segment import split_sentences
-    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.text.segment import split_sentences
+    from rpr_mt.decode.translate import translate_lines
+    from rpr_mt.lines import read_lines
     from rpr_mt.checkpoint_files import load_for_inference
     from rpr_mt.device import resolve_device
 

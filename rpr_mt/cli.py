@@ -10,13 +10,12 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
-import math
 import os
 import re
 import sys
 import typing
 from pathlib import Path, PurePath
-from typing import Callable, Iterable, Iterator, List, Optional, TypeVar
+from typing import Callable, Iterator, List, Optional, TypeVar
 
 from rpr_mt.host import sleep_waiting_openmp_threads
 
@@ -28,6 +27,7 @@ from typer.core import TyperCommand, TyperGroup  # noqa: E402
 import rpr_mt  # noqa: E402
 from rpr_mt.config import Config, load_config  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
+from rpr_mt.files import check_input, check_output, write_lines  # noqa: E402
 from rpr_mt.progress import outlive_readers, show_progress  # noqa: E402
 from rpr_mt.train.signals import exit_status, interruption, signal_exit_status  # noqa: E402
 
@@ -330,135 +330,49 @@ def translate(
         "lowercase."),
 ) -> None:
     """Translate text with a trained model."""
-    import itertools
+    from rpr_mt.config import is_pretokenized
+    from rpr_mt.decode import pretokenize
+    from rpr_mt.decode.arriving import open_input
+    from rpr_mt.decode.translate import iter_translations
 
-    from rpr_mt.decode.translate import count_lines, iter_lines, iter_translations
-
-    _check_input(input, "--input")
-    if buffer_lines is not None and buffer_lines < 1:
-        raise UserError(f"--buffer-lines must be >= 1 (got {buffer_lines})")
-    _check_output(output, "--output", inputs=[input, checkpoint])
-    _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length)
+    check_input(input, "--input")
+    check_output(output, "--output", inputs=[input, checkpoint])
+    options = _given(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens,
+                     min_length=min_length, buffer_lines=buffer_lines, split_sentences=split_sentences)
+    _check_decode_options(options)
     _device(device)
-    from rpr_mt.checkpoint_files import resolve_checkpoint
-
-    which = _which(checkpoint, which)
-    resolve_checkpoint(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
-    # The input is checked before the model loads (which can take a minute), and then read window by window as it
-    # is translated. A file is read twice: whole first for bad bytes and its line count (the progress bar's total).
-    # stdin or a pipe (-i <(zcat x.gz)) can be read once only: its first line is waited for (an empty pipe is said
-    # before the model loads), and bad bytes further on stop the run when they are reached.
-    # Its lines are read on a thread (ArrivingLines), so that a line typed at a terminal, or written by a program that
-    # waits for its translation, is translated when it is in, not when 2,000 more have come.
-    source = "stdin" if input == "-" else input
-    is_file = input != "-" and Path(input).is_file()
-    total = count_lines(input) if is_file else None
-    lines: Iterator[str]
-    if is_file:
-        lines = iter_lines(input)
-        first = next(lines, None)
-        empty = first is None
-        lines = itertools.chain([] if empty else [first], lines)
-    else:
-        from rpr_mt.decode.arriving import ArrivingLines
-
-        lines = ArrivingLines(iter_lines(input))
-        empty = lines.empty()
-    if empty:  # a wrong file or an empty pipe: say so instead of writing nothing and exiting 0
-        raise UserError(f"{source}: no lines to translate (empty input)")
+    which = _resolved_which(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
+    lines, total = open_input(input)  # checked (bad bytes, empty) before the model loads
     loaded = _load_model(checkpoint, which, device)
     model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
-    decode = _decode_config(cfg, beam_size, length_penalty, nbest, max_tokens, min_length, split_sentences)
-    if buffer_lines is not None:
-        decode = dataclasses.replace(decode, buffer_lines=buffer_lines)
-    from rpr_mt.config import is_pretokenized
-
-    raw = _RawLines()  # the input lines that looked raw and were tokenized, of all lines read
+    decode = _decode_config(cfg, options)
+    raw = pretokenize.RawLines()  # the input lines that looked raw and were tokenized, of all lines read
     if is_pretokenized(cfg.data) and not no_tokenize:
-        lines = _TokenizedAsMulti30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
+        lines = pretokenize.TokenizedAsMulti30k(lines, cfg.data.src_lang, decode.buffer_lines, raw)
     outputs = iter_translations(model, vocab, lines, decode=decode, device=_device(device),
                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
                                 tgt_lang=cfg.data.tgt_lang, min_length_ratio=loaded.length_ratio_floor, total=total)
     casing = vocab.casing if detokenize and recase else None
     if detokenize:  # raw text in, plain (cased) text out
-        from rpr_mt.decode.pretokenize import detokenize_outputs
+        outputs = pretokenize.detokenize_outputs(outputs, raw.plain, decode.nbest, cfg.data.tgt_lang, casing)
+    _write_translations(output, outputs, raw, detokenize, recase, casing is not None)
 
-        outputs = detokenize_outputs(outputs, raw.plain, decode.nbest, cfg.data.tgt_lang, casing)
+
+def _write_translations(output: str, outputs: Iterator[str], raw, detokenized: bool, recase: bool,  # noqa: ANN001
+                        recased: bool) -> None:
+    """Write translate's ``outputs`` (``write_lines``), then say how many input lines were tokenized for the model
+    (``raw``, a ``pretokenize.RawLines``) and whether their translations were recased: at the end, or at an
+    interrupt of the lines read until then."""
+    from rpr_mt.decode.pretokenize import note_tokenized
     from rpr_mt.train.signals import interrupt_on_stop_signals
 
     try:
         with interrupt_on_stop_signals():  # `timeout`, a scheduler, a closed terminal: FILE.partial kept, as on Ctrl-C
-            _write_lines(output, outputs)
+            write_lines(output, outputs, report=_stderr)
     except KeyboardInterrupt:  # the lines kept (in FILE.partial, or already printed) were tokenized all the same
-        _note_tokenized(raw, detokenize, " read so far", recase=recase, recased=casing is not None)
+        note_tokenized(raw, detokenized, _stderr, " read so far", recase=recase, recased=recased)
         raise
-    _note_tokenized(raw, detokenize, recase=recase, recased=casing is not None)
-
-
-@dataclasses.dataclass
-class _RawLines:
-    """What ``_TokenizedAsMulti30k`` did, counted as the windows go by: the (0-based) numbers of the input lines it
-    tokenized, of those whose translations are plain text (``plain_text_lines``), and how many lines it has read."""
-
-    tokenized: set[int] = dataclasses.field(default_factory=set)
-    plain: set[int] = dataclasses.field(default_factory=set)
-    read: int = 0
-
-
-def _note_tokenized(raw: _RawLines, detokenized: bool, so_far: str = "", recase: bool = True,
-                    recased: bool = False) -> None:
-    """Say how many input lines ``_TokenizedAsMulti30k`` tokenized: said at the end (or at an interrupt, of the
-    lines read until then), and whether their translations were recased (``recase``: asked to; ``recased``: done)."""
-    if raw.tokenized:
-        if not detokenized:
-            form = "their translations are in that form ("
-        elif recased:
-            form = ("their translations detokenized back and recased with the casing model learned from the training "
-                    "data's raw text (--no-recase: lowercase; --no-detokenize: in the tokenized form; ")
-        elif recase:
-            form = ("their translations detokenized back, still lowercase: neither the checkpoint nor its prepared "
-                    "data has a casing model (`rpr-mt prepare` with the run's config adds one to the data) "
-                    "(--no-detokenize: in the tokenized form; ")
-        else:
-            form = "their translations detokenized back, lowercase (--no-detokenize: in the tokenized form; "
-        _stderr(f"note: {len(raw.tokenized)} of {raw.read} input lines{so_far} looked like raw text; this model was "
-                "trained on Multi30k's lowercased, Moses-tokenized text, so they were lowercased, normalized and "
-                f"tokenized as that text was, and {form}--no-tokenize: lines as given)")
-
-
-class _TokenizedAsMulti30k:
-    """``lines`` with those that look raw tokenized as Multi30k's tok/ text (``tokenize_untokenized``), a window at a
-    time (``take_window``, as translation takes them), so translation still reads one window before it writes; what
-    it did is recorded in ``raw``. Says when its next line arrives as its input does (``more_within``), so that
-    arriving input still ends translation's windows early."""
-
-    def __init__(self, lines: Iterator[str], lang: str, window: int, raw: _RawLines) -> None:
-        from rpr_mt.decode import arriving, pretokenize  # once, not per line
-
-        self._arriving, self._tokenize = arriving, pretokenize.tokenize_untokenized
-        self._plain, self._tokenized_text = pretokenize.plain_text_lines, False
-        self._lines, self._lang, self._window, self._raw = lines, lang, window, raw
-        self._chunk: list[str] = []
-
-    def __iter__(self) -> "_TokenizedAsMulti30k":
-        return self
-
-    def __next__(self) -> str:
-        if not self._chunk:
-            chunk = self._arriving.take_window(self._lines, self._window)
-            if not chunk:
-                raise StopIteration
-            given = chunk
-            chunk, changed = self._tokenize(given, self._lang)
-            self._raw.tokenized.update(self._raw.read + i for i in changed)
-            plain, self._tokenized_text = self._plain(given, changed, self._tokenized_text)
-            self._raw.plain.update(self._raw.read + i for i in plain)
-            self._raw.read += len(chunk)
-            self._chunk = chunk[::-1]
-        return self._chunk.pop()
-
-    def arrives_within(self, seconds: Optional[float]) -> bool:
-        return bool(self._chunk) or self._arriving.more_within(self._lines, seconds)
+    note_tokenized(raw, detokenized, _stderr, recase=recase, recased=recased)
 
 
 @app.command("eval-bleu", cls=_Command, epilog=_examples(
@@ -502,142 +416,86 @@ def eval_bleu(
     """Score translations, given or made by a checkpoint, with BLEU and chrF.
 
     sacreBLEU (+ signature), chrF, the paper's tokenized BLEU with compound splitting, and the Multi30k literature's
-    BLEU (lowercased, punctuation-normalized, Moses-tokenized text)."""
-    from rpr_mt.decode.translate import read_lines, translate_lines
-    from rpr_mt.config import is_pretokenized
-    from rpr_mt.evaluate import format_scores, language_from_path, recased_scores, score
-    from rpr_mt.languages import ISO_639_1
+    BLEU (lowercased, punctuation-normalized, Moses-tokenized text); only those that apply to the data."""
+    from rpr_mt.evaluate import format_scores
+    from rpr_mt.scoring import check_language, score_files
 
-    if lang is not None and lang not in ISO_639_1:  # the tokenized BLEU's Moses rules fall back silently on unknown codes
-        raise UserError(f"--lang must be a two-letter ISO 639-1 language code such as en, de or fr (got {lang!r})")
+    check_language(lang)
     # Path problems first (exists, is a file, readable), naming conventions after: a --ref that is a directory is
     # not a question of its suffix.
     if hyp is not None and ref is not None and str(hyp) == str(ref) == "-":  # the second read found stdin empty
         raise UserError("--hyp and --ref cannot both be stdin (-): give at least one of them as a file")
     for path, option in ((hyp, "--hyp"), (ref, "--ref")):
         if path is not None:
-            _check_input(str(path), option)
+            check_input(str(path), option)
+    options = _given(beam_size=beam_size, length_penalty=length_penalty, min_length=min_length,
+                     split_sentences=split_sentences)
     if checkpoint is not None:
-        if hyp is not None:
-            raise UserError("--hyp goes with --ref, not with --checkpoint (which translates --split and scores its own "
-                            "translations; --ref with it replaces the split's reference)")
-        if save_hyp is not None:
-            _check_output(str(save_hyp), "--save-hyp")
-        _check_decode_options(beam_size, length_penalty, None, None, min_length)  # before the model loads
-        _device(device)
-        from rpr_mt.checkpoint_files import peek_checkpoint, resolve_checkpoint
-
-        which = _which(checkpoint, which)
-        resolved = resolve_checkpoint(checkpoint, which)
-        # The split and --save-hyp are checked before the weights load, from the checkpoint's config and vocabulary
-        # fingerprint read without its tensors (where torch can map the file; else after loading, below).
-        peeked = peek_checkpoint(resolved)
-        if peeked is not None:
-            src_path, ref = _split_paths(peeked[0], peeked[1], checkpoint, split, ref, save_hyp)
-        loaded = _load_model(checkpoint, which, device)
-        model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
-        pretokenized = is_pretokenized(cfg.data)
-        if peeked is None:
-            src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
-        _note_other_lang(lang, cfg.data.tgt_lang, "the target language of the checkpoint's data")
-        lang = lang or cfg.data.tgt_lang
-        decode = _decode_config(cfg, beam_size, length_penalty, 1, None, min_length, split_sentences)
-        _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
-        hypotheses = list(
-            translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
-                            progress=show_progress(progress), src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
-                            min_length_ratio=loaded.length_ratio_floor)
-        )
-        if save_hyp is not None:
-            _write_lines(str(save_hyp), hypotheses)
-        hyp_name = f"translations of {src_path}"
+        scores = _score_checkpoint(checkpoint, which, split, hyp, ref, save_hyp, lang, options, device, progress)
     else:
-        if hyp is None or ref is None:
-            raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
-        # options that only change how a checkpoint translates: given with --hyp/--ref they would do nothing
-        unused = [name for name, value, default in (
-            ("--split", split, "test"), ("--which", which, None), ("--beam-size", beam_size, None),
-            ("--length-penalty", length_penalty, None), ("--min-length", min_length, None),
-            ("--device", device, "auto")) if value != default]
-        if unused:
-            raise UserError(f"{unused[0]} goes with --checkpoint (it changes what that model translates or how); "
-                            "--hyp is scored as it is")
-        if save_hyp is not None:  # nothing is translated, so nothing would be saved
-            raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
-        if split_sentences is not None:  # nothing is translated, so nothing would be split
-            flag = "--split-sentences" if split_sentences else "--no-split"
-            raise UserError(f"{flag} goes with --checkpoint (it changes how that model translates)")
-        # The Moses tokenizer of the paper's BLEU differs by language, so a guess would silently change the score.
-        _note_other_lang(lang, language_from_path(ref), f"the language its name gives {ref.name}")
-        lang = lang or language_from_path(ref)
-        if lang is None and not pretokenized:  # pretokenized text is not tokenized again: no language needed
-            raise UserError(f"cannot tell the target language from the name {ref.name} (its suffix is not a language "
-                            "code, as in test.de or test.de.gz); pass --lang, e.g. --lang de")
-        hypotheses = read_lines(str(hyp))
-        hyp_name = str(hyp)
-    references = read_lines(str(ref))
-    if checkpoint is None and pretokenized:
-        # scored as it is, raw text met tokenized text: a literature BLEU of 36 where the right one was 62, silently
-        for path, lines in ((hyp, hypotheses), (ref, references)):
-            _refuse_raw_as_pretokenized(path, lines)
-    from rpr_mt.evaluate import reads_as_raw
-
-    if checkpoint is not None and pretokenized:
-        # a raw --ref, e.g. Multi30k's test.de.gz, judged on all its lines: a tokenized reference has a few lines that
-        # look raw (the tok/ dev reference has 3, such as "ca. 120 cm"), and tokenizing it again would change it
-        if reads_as_raw(references):
-            # scored as it is, it met the model's tokenized text: literature BLEU 0 instead of the model's score
-            pretokenized = False
-            _stderr(f"note: {ref} is raw text and this model translates into Multi30k's tokenized text: the "
-                    "literature BLEU tokenizes the reference as the dataset's script does (prep:lc.norm.tok); "
-                    "sacreBLEU and chrF compare the tokenized translations with the raw reference")
-    scores = score(hypotheses, references, lang=lang or "", pretokenized=pretokenized, hyp_name=hyp_name,
-                   ref_name=str(ref))
-    if checkpoint is not None and is_pretokenized(cfg.data) and vocab.casing is not None and reads_as_raw(references):
-        scores.update(recased_scores(hypotheses, references, lang or "", vocab.casing))  # the comparable sacreBLEU
-    from rpr_mt.evaluate import reads_as_tokenized
-
-    if checkpoint is None and not pretokenized and reads_as_tokenized(hypotheses) and reads_as_tokenized(references):
-        # (sacreBLEU said so in three lines, advising to detokenize: the literature scores this text as it is)
-        _stderr(f"note: {hyp} and {ref} both look like Multi30k's lowercased, Moses-tokenized text: the Multi30k lit. "
-                "BLEU scores them as they are; the tokenized BLEU tokenizes them again (--pretokenized: as they are)")
-    if checkpoint is None and not pretokenized:  # once scored: no warning before a one-line error
-        # a tok model's translations (translate writes them tokenized) against raw references: sacreBLEU, chrF and
-        # the tokenized BLEU compare lowercased, tokenized text with cased, raw text, and look like a failed model
-        if reads_as_raw(references) and reads_as_tokenized(hypotheses):
-            _stderr(f"warning: {hyp} looks like Multi30k's lowercased, Moses-tokenized text and {ref} like raw text: "
-                    "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
-                    "the references and is the comparable number (or score against the tok/ reference with "
-                    "--pretokenized)")
-        elif reads_as_tokenized(references) and reads_as_raw(hypotheses):
-            # the other way round: raw (e.g. detokenized) translations against Multi30k's tok/ reference
-            _stderr(f"warning: {ref} looks like Multi30k's lowercased, Moses-tokenized text and {hyp} like raw text: "
-                    "sacreBLEU, chrF and the tokenized BLEU compare the two forms; the Multi30k lit. BLEU tokenizes "
-                    "the hypotheses and is the comparable number")
-        elif _all_lowercase(hypotheses) and sum(1 for line in references if line != line.lower()) > len(references) / 2:
-            # a tok model's translations of raw text, detokenized by translate: plain text, but lowercase
-            _stderr(f"warning: {hyp} is all lowercase and {ref} is cased: sacreBLEU, chrF and the tokenized BLEU are "
-                    "case-sensitive and count a word that differs only in case as wrong; the Multi30k lit. BLEU lowercases both and "
-                    "is the comparable number")
+        _refuse_checkpoint_options(hyp, ref, save_hyp, split=split, which=which, device=device, **options)
+        scores = score_files(hyp, ref, lang, pretokenized, report=_stderr)  # type: ignore[arg-type]
     typer.echo(format_scores(scores, as_json=as_json))
 
 
-def _refuse_raw_as_pretokenized(path: Path, lines: List[str]) -> None:
-    """--pretokenized says both files are Multi30k's tokenized text: refuse one that reads as raw (``reads_as_raw``:
-    a few lines of the tok/ files look raw, e.g. an abbreviation's full stop: ``ca. 120 cm``), naming its first such
-    line."""
-    from rpr_mt.evaluate import reads_as_raw, raw_looking_lines
+def _refuse_checkpoint_options(hyp: Optional[Path], ref: Optional[Path], save_hyp: Optional[Path], *, split: str,
+                               which: Optional[str], device: str, **options: object) -> None:
+    """eval-bleu --hyp/--ref: both given, and none of the options that only change how a checkpoint translates
+    (given with --hyp they would silently do nothing)."""
+    if hyp is None or ref is None:
+        raise UserError("give --hyp and --ref, or --checkpoint (and --split)")
+    unused = [name for name, value, default in (
+        ("--split", split, "test"), ("--which", which, None), ("--beam-size", options.get("beam_size"), None),
+        ("--length-penalty", options.get("length_penalty"), None), ("--min-length", options.get("min_length"), None),
+        ("--device", device, "auto")) if value != default]
+    if unused:
+        raise UserError(f"{unused[0]} goes with --checkpoint (it changes what that model translates or how); "
+                        "--hyp is scored as it is")
+    if save_hyp is not None:  # nothing is translated, so nothing would be saved
+        raise UserError("--save-hyp goes with --checkpoint (it saves that model's translations)")
+    if "split_sentences" in options:  # nothing is translated, so nothing would be split
+        flag = "--split-sentences" if options["split_sentences"] else "--no-split"
+        raise UserError(f"{flag} goes with --checkpoint (it changes how that model translates)")
 
-    if reads_as_raw(lines):
-        raw = raw_looking_lines(lines)
-        raise UserError(f"{path}: --pretokenized, but {len(raw)} of {len(lines)} lines look like raw text (line "
-                        f"{raw[0]}: a capital letter, a bare quote or punctuation attached to a word); without "
-                        "--pretokenized the literature's BLEU tokenizes it as Multi30k's script does")
 
+def _score_checkpoint(checkpoint: Path, which: Optional[str], split: str, hyp: Optional[Path], ref: Optional[Path],
+                      save_hyp: Optional[Path], lang: Optional[str], options: dict, device: str,
+                      progress: Optional[bool]) -> dict:
+    """eval-bleu --checkpoint: translate the prepared ``split`` (checked, with --save-hyp, before the weights load)
+    and score the translations against its reference or ``ref``."""
+    from rpr_mt.checkpoint_files import peek_checkpoint, resolve_checkpoint
+    from rpr_mt.config import is_pretokenized
+    from rpr_mt.decode.translate import translate_lines
+    from rpr_mt.lines import read_lines
+    from rpr_mt.scoring import note_other_language, score_translations
 
-def _all_lowercase(lines: List[str]) -> bool:
-    """Some line of ``lines`` has a letter, and none a capital."""
-    return any(any(c.isalpha() for c in line) for line in lines) and all(line == line.lower() for line in lines)
+    if hyp is not None:
+        raise UserError("--hyp goes with --ref, not with --checkpoint (which translates --split and scores its own "
+                        "translations; --ref with it replaces the split's reference)")
+    if save_hyp is not None:
+        check_output(str(save_hyp), "--save-hyp")
+    _check_decode_options(options)  # before the model loads
+    _device(device)
+    which = _which(checkpoint, which)
+    # The split and --save-hyp are checked before the weights load, from the checkpoint's config and vocabulary
+    # fingerprint read without its tensors (where torch can map the file; else after loading, below).
+    peeked = peek_checkpoint(resolve_checkpoint(checkpoint, which))
+    if peeked is not None:
+        src_path, ref = _split_paths(peeked[0], peeked[1], checkpoint, split, ref, save_hyp)
+    loaded = _load_model(checkpoint, which, device)
+    model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
+    if peeked is None:
+        src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
+    note_other_language(lang, cfg.data.tgt_lang, "the target language of the checkpoint's data", _stderr)
+    decode = _decode_config(cfg, {**options, "nbest": 1})
+    _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
+    hypotheses = translate_lines(model, vocab, read_lines(str(src_path)), decode=decode, device=_device(device),
+                                 progress=show_progress(progress), src_lang=cfg.data.src_lang,
+                                 tgt_lang=cfg.data.tgt_lang, min_length_ratio=loaded.length_ratio_floor)
+    if save_hyp is not None:
+        write_lines(str(save_hyp), hypotheses, report=_stderr)
+    return score_translations(hypotheses, ref, lang or cfg.data.tgt_lang, is_pretokenized(cfg.data), cfg.data.source,
+                              f"translations of {src_path}", _stderr, casing=vocab.casing)
 
 
 @app.command("average-checkpoints", cls=_Command, epilog=_examples(
@@ -685,7 +543,7 @@ def average_checkpoints_command(
     if output.name == "checkpoint_best.pt":  # training writes it, and --which best would load the average
         raise UserError(f"--output {output}: checkpoint_best.pt is reserved for the training's best checkpoint; "
                         "choose another name, e.g. checkpoint_avg.pt")
-    _check_output(str(output), "--output", inputs=paths, text=False)
+    check_output(str(output), "--output", inputs=paths, text=False)
     if output.exists() or output.is_symlink():  # in a finished run, checkpoint_avg.pt is the one result.json scored
         # what it is first: "pass --force" for a file that --force then refuses to replace would mislead
         if not ckpt.is_checkpoint_file(output):
@@ -714,7 +572,7 @@ def plot(
     from rpr_mt.curves import plot_run
 
     if output is not None:
-        _check_output(str(output), "--output", text=False)
+        check_output(str(output), "--output", text=False)
     typer.echo(f"wrote {plot_run(run, output)}", err=True)
 
 
@@ -820,10 +678,10 @@ def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, r
                         "--hyp/--ref")
     if ref is None:
         ref = default_ref
-        _check_input(str(ref), "--ref (the split's reference)")
+        check_input(str(ref), "--ref (the split's reference)")
     if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
-        _check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
-    from rpr_mt.decode.translate import count_lines
+        check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
+    from rpr_mt.lines import count_lines
 
     # before decoding (minutes of it), not after: each source line is translated into one line scored against ref's
     source_lines, ref_lines = count_lines(src_path), count_lines(ref)
@@ -848,14 +706,6 @@ def _manifest_splits(data_dir: Path) -> list[str]:
 
 def _stderr(text: str) -> None:
     typer.echo(text, err=True)
-
-
-def _note_other_lang(given: Optional[str], known: Optional[str], what: str) -> None:
-    """One line when --lang overrides a language the input already names: the tokenizer's rules then change the
-    score, which the user should see was asked for."""
-    if given is not None and known is not None and given != known:
-        _stderr(f"note: --lang {given} overrides {what} ({known}): the hypotheses and references are tokenized "
-                f"by {given}'s rules")
 
 
 def _device(name: str):
@@ -889,6 +739,15 @@ def _which(checkpoint: Path, which: Optional[str]) -> str:
     return which or "best"
 
 
+def _resolved_which(checkpoint: Path, which: Optional[str]) -> str:
+    """``_which``, with the checkpoint it chooses resolved (a wrong path or --which is said at once)."""
+    from rpr_mt.checkpoint_files import resolve_checkpoint
+
+    which = _which(checkpoint, which)
+    resolve_checkpoint(checkpoint, which)
+    return which
+
+
 def _load_model(checkpoint: Path, which: str, device: str):
     from rpr_mt.checkpoint_files import load_for_inference
 
@@ -896,181 +755,28 @@ def _load_model(checkpoint: Path, which: str, device: str):
     return load_for_inference(checkpoint, which, _device(device), report=_stderr)
 
 
-def _check_decode_options(beam_size, length_penalty, nbest, max_tokens, min_length) -> None:
+def _given(**options: object) -> dict:
+    """The decode options given on the command line (those not None), by their decode key."""
+    return {key: value for key, value in options.items() if value is not None}
+
+
+def _check_decode_options(options: dict) -> None:
     """The decoding options given on the command line, checked before a model is loaded, as far as they can be
     without it (--nbest against the beam size of the model's config waits for ``_decode_config``)."""
-    from rpr_mt.config import DecodeConfig
+    from rpr_mt.config import DecodeConfig, check_decode, option_or_key
 
+    nbest = options.get("nbest")
     if nbest is not None and nbest < 1:  # the upper bound is the model's beam size, known once its config is read
         raise UserError(f"--nbest must be >= 1 (got {nbest})")
-    defaults = DecodeConfig()
-    _decode_config(Config(decode=DecodeConfig(beam_size=max(defaults.beam_size, nbest or 1))), beam_size,
-                   length_penalty, nbest, max_tokens, min_length)
+    without_model = DecodeConfig(beam_size=max(DecodeConfig().beam_size, nbest or 1))
+    check_decode(dataclasses.replace(without_model, **options), option_or_key)
 
 
-def _decode_config(cfg: Config, beam_size, length_penalty, nbest, max_tokens, min_length=None, split_sentences=None):
-    import dataclasses
+def _decode_config(cfg: Config, options: dict):  # noqa: ANN202 (a DecodeConfig, imported lazily)
+    """The model's decode settings with the command line's ``options`` over them, checked."""
+    from rpr_mt.config import check_decode, option_or_key
 
-    options = dict(beam_size=beam_size, length_penalty=length_penalty, nbest=nbest, max_tokens=max_tokens,
-                   min_length=min_length, split_sentences=split_sentences)
-    changes = {k: v for k, v in options.items() if v is not None}
-    decode = dataclasses.replace(cfg.decode, **changes)
-    if decode.beam_size < 1:
-        raise UserError(f"--beam-size must be >= 1 (got {decode.beam_size})")
-    if not math.isfinite(decode.length_penalty) or decode.length_penalty < 0:
-        raise UserError(f"--length-penalty must be a finite number >= 0 (got {decode.length_penalty})")
-    if decode.nbest < 1 or decode.nbest > decode.beam_size:
-        raise UserError(f"--nbest must be between 1 and the beam size {decode.beam_size} (got {decode.nbest})")
-    if decode.max_tokens < 1:
-        raise UserError("--max-tokens must be >= 1")
-    if decode.min_length < 0:
-        raise UserError(f"--min-length must be >= 0 (got {decode.min_length})")
-    return decode
-
-
-def _check_input(path: str, option: str) -> None:
-    """Before any work, in this order: an input file must exist, not be a directory (a pipe such as ``-i <(zcat
-    x.gz)`` is fine) and be readable (``-`` is stdin). The message names the option and the path, so a wrong path
-    is not reported as something else (a language the name does not tell, after a model took a minute to load)."""
-    if path == "-":
-        return
-    if not path:  # Path("") is ".", which would be reported as a directory
-        raise UserError(f"{option}: an empty path; give a file name (or - for stdin)")
-    target = Path(path)
-    if not target.exists():
-        raise UserError(f"{option} {path}: file not found")
-    if target.is_dir():
-        raise UserError(f"{option} {path} is a directory; give a text file")
-    if not os.access(target, os.R_OK):
-        raise UserError(f"{option} {path}: not readable (permission denied)")
-
-
-def _check_output(path: str, option: str, inputs=(), text: bool = True) -> None:
-    """Before any work: an output file's directory must exist and be writable, and the path must not be a directory
-    (a failed write after decoding would lose the translations). Nor may the output replace one of the command's
-    ``inputs`` or, for a ``text`` output, a checkpoint (``*.pt``): a typo must not destroy the source text, the
-    references or a model. A symlink is checked as the file it points to, and a device or FIFO (``/dev/null``, a
-    named pipe) only for being writable itself: ``_write_lines`` writes through them, nothing beside them."""
-    if not path:  # Path("") is ".", a directory: the message would name neither the option's value nor its problem
-        raise UserError(f"{option}: an empty path; give a file name (or - for stdout)")
-    if path == "-":
-        return
-    target = Path(path)
-    if target.is_dir():
-        raise UserError(f"{option} {path} is a directory; give a file name")
-    if _written_through(target):
-        if not os.access(target, os.W_OK):
-            raise UserError(f"{option} {path}: not writable")
-        return
-    target = _link_target(target)
-    parent = target.parent if str(target.parent) else Path(".")
-    if not parent.is_dir():
-        raise UserError(f"{option} {path}: the directory {parent} does not exist")
-    if not os.access(parent, os.W_OK | os.X_OK) or (target.exists() and not os.access(target, os.W_OK)):
-        raise UserError(f"{option} {path}: not writable")
-    if target.is_file():
-        if any(str(source) != "-" and Path(source).is_file() and target.samefile(source) for source in inputs):
-            raise UserError(f"{option} {path} is also an input of this command; writing it would destroy that "
-                            "input: give another file name")
-        if text and target.suffix == ".pt":
-            raise UserError(f"{option} {path} is a checkpoint; text is never written over one: give another file name")
-        record = _record_of_a_run_or_data(target)  # (nor a checkpoint over one: average-checkpoints -o metrics.jsonl)
-        if record:
-            raise UserError(f"{option} {path} is {record}; it is never written over: give another file name")
-
-
-# What a run directory (one with checkpoints/) keeps of its run: the trainer's config and learning curves, the sweep's
-# result and invocations. Translations written over metrics.jsonl took the run's curves (plot: "no records yet").
-RUN_RECORDS = ("config.yaml", "metrics.jsonl", "invocations.jsonl", "result.json")
-
-
-def _record_of_a_run_or_data(target: Path) -> str:
-    """What the existing file ``target`` is, if it is a run's record or a file that prepare wrote; else ""."""
-    from rpr_mt.data.prepare import written_by_prepare
-
-    folder = target.parent
-    if target.name in RUN_RECORDS and (folder / "checkpoints").is_dir():
-        return f"the {target.name} of the run in {folder}"
-    if written_by_prepare(target):
-        return f"a file of the prepared data in {folder}"
-    return ""
-
-
-def _written_through(target: Path) -> bool:
-    """Whether an output is written in place rather than through a temporary renamed over it: an existing target
-    (links followed) that is not a regular file, such as a device (/dev/null), a FIFO or a socket, which a rename
-    would replace by a regular file; and the paths of streams already open, /dev/stdout, /dev/fd/N and
-    /proc/self/fd/N, which may lead to a regular file that a rename would take away from that stream."""
-    absolute = os.path.abspath(target)
-    if absolute.startswith(("/dev/std", "/dev/fd/", "/proc/")):
-        return True
-    return target.exists() and not target.is_file() and not target.is_dir()
-
-
-def _link_target(target: Path) -> Path:
-    """The file a symlink leads to (through every link; it may not exist yet), else ``target``: the file that is
-    written, with its temporary beside it, while the link stays."""
-    return target.resolve() if target.is_symlink() else target
-
-
-def _text_writer(raw: typing.BinaryIO, target: Path) -> typing.TextIO:
-    """UTF-8 text into ``raw``, gzip-compressed when ``target`` is named .gz. gzip's header keeps a file name (what
-    ``gunzip -N`` restores): the target's, not the name of the temporary file that ``raw`` writes."""
-    import gzip
-    import io
-
-    if target.name.endswith(".gz"):
-        return io.TextIOWrapper(gzip.GzipFile(filename=target.name, mode="wb", fileobj=raw), encoding="utf-8")
-    return io.TextIOWrapper(raw, encoding="utf-8")  # type: ignore[arg-type]
-
-
-def _write_lines(path: str, lines: Iterable[str]) -> None:
-    """Write ``lines`` as they come (a generator's translations, window by window): to stdout, flushed as they come;
-    to a file through a temporary beside it, moved into place when complete, so an existing file is never left
-    half-written. If the lines stop with an error or an interrupt, those written so far are kept in
-    ``PATH.partial`` (said on stderr) and the error goes on; once ``PATH`` is complete, a ``PATH.partial`` left by an
-    earlier interrupted run is removed (said on stderr). A symlink is followed (the file it points to is written,
-    the link stays); a device, FIFO or open stream (``_written_through``) is written in place, flushed as stdout is.
-    """
-    import gzip
-
-    # a .gz name is gzip, as it is for the inputs (read_lines)
-    opener = gzip.open if path.endswith(".gz") else open
-    if path == "-" or _written_through(Path(path)):
-        # appending, not truncating: /dev/stdout led to a file the shell opened (`>> log` must stay appended to)
-        handle = sys.stdout if path == "-" else opener(path, "at", encoding="utf-8")
-        try:
-            for line in lines:
-                handle.write(line + "\n")
-                if opener is open:  # a pipe is block-buffered: a reader sees each window when it is done
-                    handle.flush()
-        finally:
-            if handle is not sys.stdout:
-                handle.close()
-        return
-
-    target = _link_target(Path(path))
-    tmp = target.with_name(f".{target.name}.tmp")
-    written = 0
-    try:
-        with open(tmp, "wb") as raw, _text_writer(raw, target) as handle:
-            for line in lines:
-                handle.write(line + "\n")
-                written += 1
-    except BaseException:
-        if written:
-            partial = target.with_name(f"{target.name}.partial")
-            tmp.replace(partial)
-            _stderr(f"stopped: the {written:,} output lines written so far are in {partial}")
-        else:
-            tmp.unlink(missing_ok=True)
-        raise
-    tmp.replace(target)
-    # the complete file supersedes an earlier run's finished lines: left beside it, they look like this run's
-    stale = target.with_name(f"{target.name}.partial")
-    if stale.is_file():
-        stale.unlink()
-        _stderr(f"note: removed {stale}, left by an earlier interrupted run; {target} is complete")
+    return check_decode(dataclasses.replace(cfg.decode, **options), option_or_key)
 
 
 def _print_version(value: bool) -> None:

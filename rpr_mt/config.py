@@ -214,7 +214,7 @@ class DecodeConfig:
     min_length: int = 1
     max_tokens: int = 4096  # source tokens per decoding batch
     nbest: int = 1  # hypotheses printed per input line
-    split_sentences: bool = True  # translate each line's sentences one by one and join them (rpr_mt.decode.segment)
+    split_sentences: bool = True  # translate each line's sentences one by one and join them (rpr_mt.text.segment)
     buffer_lines: int = 2000  # input lines read, decoded (sorted, batched), written at a time; fairseq's --buffer-size
 
 
@@ -306,17 +306,41 @@ class Config:
                  f"deletes all but its last {t.keep_last} numbered checkpoints before it averages them")
         _require(0.0 <= t.final_lr_fraction <= 1.0, f"train.final_lr_fraction must be in [0, 1] (got {t.final_lr_fraction})")
         _require(t.adam_eps > 0.0, f"train.adam_eps must be positive (got {t.adam_eps})")
-        _require(dec.length_penalty >= 0.0, f"decode.length_penalty must be >= 0 (got {dec.length_penalty})")
-        _require(dec.beam_size >= 1, f"decode.beam_size must be >= 1 (got {dec.beam_size})")
-        _require(dec.nbest >= 1 and dec.nbest <= dec.beam_size, "decode.nbest must be in [1, decode.beam_size]")
-        _require(dec.max_len_a >= 0 and dec.max_len_b >= 0, "decode.max_len_a and max_len_b must be >= 0")
-        _require(dec.min_length >= 0, f"decode.min_length must be >= 0 (got {dec.min_length})")
         _require(DEVICE_NAME.fullmatch(t.device) is not None,
                  f"train.device must be auto, cpu, cuda or cuda:N (got {yaml_value(t.device)})")
         _require(t.seed >= 0, f"train.seed must be >= 0 (got {t.seed})")  # numpy's generators take no negative seed
-        _require(dec.max_tokens > 0, "decode.max_tokens must be positive")
-        _require(dec.buffer_lines > 0, "decode.buffer_lines must be positive")
+        check_decode(dec)
         return self
+
+
+# The command-line options that set decode keys (translate, eval-bleu): a value given as one is named as it was given.
+DECODE_OPTIONS = {"beam_size": "--beam-size", "length_penalty": "--length-penalty", "nbest": "--nbest",
+                  "max_tokens": "--max-tokens", "min_length": "--min-length", "buffer_lines": "--buffer-lines"}
+
+
+def config_key(key: str) -> str:
+    """A decode key as a config names it (``decode.beam_size``)."""
+    return f"decode.{key}"
+
+
+def option_or_key(key: str) -> str:
+    """A decode key as the command line names it (``--beam-size``), or as a config does where no option sets it."""
+    return DECODE_OPTIONS.get(key, config_key(key))
+
+
+def check_decode(dec: DecodeConfig, name: Callable[[str], str] = config_key) -> DecodeConfig:
+    """The one check of decoding settings, for a config, the command line's options and a caller of the library
+    alike; ``name`` says how a key was given (``config_key``, ``option_or_key``), so that the message names it as the
+    user wrote it. Returns ``dec``."""
+    for key in ("beam_size", "max_tokens", "buffer_lines"):
+        _require(getattr(dec, key) >= 1, f"{name(key)} must be >= 1 (got {getattr(dec, key)})")
+    _require(math.isfinite(dec.length_penalty) and dec.length_penalty >= 0,
+             f"{name('length_penalty')} must be a finite number >= 0 (got {dec.length_penalty})")
+    _require(1 <= dec.nbest <= dec.beam_size,
+             f"{name('nbest')} must be between 1 and the beam size {dec.beam_size} (got {dec.nbest})")
+    for key in ("max_len_a", "max_len_b", "min_length"):
+        _require(getattr(dec, key) >= 0, f"{name(key)} must be >= 0 (got {getattr(dec, key)})")
+    return dec
 
 
 # What train.device and the --device options take; group 1 is a cuda device's number, where one is given.

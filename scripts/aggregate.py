@@ -23,6 +23,7 @@ from rpr_mt.errors import UserError, check_creatable_directory
 from rpr_mt.experiments.lengths import length_table, plot_length_table, render_length_table
 from rpr_mt.experiments.significance import check_baseline, render_significance_table
 from rpr_mt.experiments.tables import load_sweep, plot, render_markdown
+from rpr_mt.files import check_output, write_lines
 
 
 def _edges(text: str) -> list[int]:
@@ -33,17 +34,13 @@ def _edges(text: str) -> list[int]:
 
 
 def check_outputs(root: str, out: str | None, plots: str | None) -> None:
-    """Before any work: --out is a file in an existing directory and not one of the files read from the sweep root
-    (its plan or a run's result); --plots is a directory or can be made one."""
+    """Before any work: --out is not one of the files read from the sweep root (its plan or a run's result), and is
+    a file that can be written (``rpr_mt.files.check_output``); --plots is a directory or can be made one."""
     if out is not None:
-        target = Path(out)
-        if target.is_dir():
-            raise UserError(f"--out {out} is a directory; give a file, e.g. {Path(out) / 'tables.md'}")
-        if not target.resolve().parent.is_dir():
-            raise UserError(f"--out {out}: the directory {target.parent} does not exist")
         read = [Path(root) / "plan.json", *Path(root).glob("*/result.json"), *Path(root).glob("*/*/result.json")]
-        if any(target.resolve() == path.resolve() for path in read):
+        if any(Path(out).resolve() == path.resolve() for path in read):
             raise UserError(f"--out {out} would replace a file of the sweep it reads; choose another name")
+        check_output(out, "--out")
     if plots is not None:  # made after the report is written: check it can be now
         check_creatable_directory(plots, "--plots")
 
@@ -102,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
                      "is the smallest that 1,000 resamples can give).\n\n"
                      + table + "\n")
         if args.out:
-            Path(args.out).write_text(text + "\n", encoding="utf-8")
+            write_lines(args.out, [text])
         else:
             print(text)
         if args.plots:  # after every section is computed: a report that fails leaves no plots half-written

@@ -28,7 +28,9 @@ import torch  # noqa: E402
 
 from rpr_mt.config import load_config  # noqa: E402
 from rpr_mt.data.prepare import prepare, reference_files  # noqa: E402
-from rpr_mt.decode.translate import read_lines, translate_lines  # noqa: E402
+from rpr_mt.decode.translate import translate_lines  # noqa: E402
+from rpr_mt.files import write_lines  # noqa: E402
+from rpr_mt.lines import read_lines  # noqa: E402
 from rpr_mt.errors import UserError  # noqa: E402
 from rpr_mt.evaluate import score  # noqa: E402
 from rpr_mt.checkpoint_files import load_for_inference  # noqa: E402
@@ -86,7 +88,7 @@ def run_one(
     dev_bleu, which, alpha, checkpoint, dev_hyp, dev_sent_s, model = best
     row.update(checkpoint=which, checkpoint_path=checkpoint, length_penalty=alpha, dev_bleu=dev_bleu,
                dev_sent_s=dev_sent_s, dev_bp=sacrebleu.corpus_bleu(dev_hyp, [dev_ref]).bp)
-    Path(cfg.train.run_dir, "dev.hyp").write_text("\n".join(dev_hyp) + "\n", encoding="utf-8")
+    write_lines(str(Path(cfg.train.run_dir, "dev.hyp")), dev_hyp)
     if not test:
         return row
     decode = dataclasses.replace(cfg.decode, nbest=1, length_penalty=alpha)
@@ -95,7 +97,7 @@ def run_one(
     scores = score(test_hyp, test_ref, lang=cfg.data.tgt_lang)
     row.update(test_bleu=scores["sacrebleu"], test_bp=sacrebleu.corpus_bleu(test_hyp, [test_ref]).bp,
                test_sent_s=test_sent_s, signature=scores["sacrebleu_signature"])
-    Path(cfg.train.run_dir, "test.hyp").write_text("\n".join(test_hyp) + "\n", encoding="utf-8")
+    write_lines(str(Path(cfg.train.run_dir, "test.hyp")), test_hyp)
     return row
 
 

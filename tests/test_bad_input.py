@@ -314,7 +314,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("prepare: mismatched parallel files", lambda r: ["prepare", "--config", f"{r}/mismatch_files.yaml"],
      "mismatch"),
     ("prepare: invalid UTF-8 in training data", lambda r: ["prepare", "--config", f"{r}/utf8_files.yaml"],
-     "badtrain.de:2: invalid UTF-8"),
+     "badtrain.de: line 2: invalid UTF-8"),
     ("prepare: empty training data", lambda r: ["prepare", "--config", f"{r}/empty_files.yaml"], "empty"),
     # compressed bytes read as text gave a wrong line count ("has 66 lines but ... 96") or invalid UTF-8
     ("prepare: gzip without .gz", lambda r: ["prepare", "--config", f"{r}/gzip_files.yaml"],
@@ -499,7 +499,7 @@ CASES: list[tuple[str, Callable[[Path], list[str]], str]] = [
     ("train: mismatched parallel files", lambda r: ["train", "--config", f"{r}/mismatch_files.yaml"],
      "mismatch.en has 3 lines but"),
     ("train: invalid UTF-8 in training data", lambda r: ["train", "--config", f"{r}/utf8_files.yaml"],
-     "badtrain.de:2: invalid UTF-8"),
+     "badtrain.de: line 2: invalid UTF-8"),
     ("prepare: input is a directory", lambda r: ["prepare", "--config", f"{r}/dir_input.yaml"],
      "input is not a file"),
     # --- added third (issue #31): path problems are said before naming conventions and before other options

@@ -18,7 +18,6 @@ from typer.testing import CliRunner
 import rpr_mt
 from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.cli import app
-from rpr_mt.errors import UserError
 
 runner = CliRunner()
 
@@ -485,34 +484,6 @@ def test_translate_checks_its_input_and_options_before_loading_the_model(tmp_pat
     assert_one_line_error(run("translate", "--checkpoint", str(bad), "-i", str(source)), "no lines to translate")
 
 
-def test_an_output_beside_prepared_data_may_be_written_again(tmp_path):
-    """Only the files prepare wrote are refused: translations written into a data directory once (test.hyp) were
-    refused the second time, and so was every file of any folder holding some manifest.json."""
-    from rpr_mt.cli import _check_output
-
-    (tmp_path / "manifest.json").write_text('{"files": ["test.de"]}', encoding="utf-8")
-    for name in ("test.de", "test.hyp"):
-        (tmp_path / name).write_text("x\n", encoding="utf-8")
-    _check_output(str(tmp_path / "test.hyp"), "-o")
-    with pytest.raises(UserError, match="test.de is a file of the prepared data in"):
-        _check_output(str(tmp_path / "test.de"), "-o")
-
-
-def test_an_output_named_gz_is_gzip_like_an_input_named_gz(tmp_path):
-    from rpr_mt.cli import _write_lines
-    from rpr_mt.decode.translate import read_lines
-
-    _write_lines(str(tmp_path / "out.de.gz"), ["eins", "zwei"])
-    _write_lines(str(tmp_path / "out.de"), ["eins", "zwei"])
-    with gzip.open(tmp_path / "out.de.gz", "rt", encoding="utf-8") as handle:
-        assert handle.read() == "eins\nzwei\n"
-    assert (tmp_path / "out.de").read_text(encoding="utf-8") == "eins\nzwei\n"
-    assert read_lines(tmp_path / "out.de.gz") == ["eins", "zwei"]
-    # the name gzip keeps in its header (FNAME, after the 10-byte header) is the output's, not its temporary's
-    header = (tmp_path / "out.de.gz").read_bytes()
-    assert header[3] & 0x08 and header[10:].split(b"\0")[0] == b"out.de"
-
-
 def test_which_with_a_checkpoint_file_is_said_to_be_unused(tmp_path):
     bad = tmp_path / "model.pt"
     bad.write_bytes(b"PK\x03\x04 truncated")
@@ -803,58 +774,6 @@ app()
     assert not out.exists() and not list(tmp_path.glob(".prepared.*"))
 
 
-# -- outputs that are not regular files: a symlink is followed, a FIFO or device is written through -----------------
-
-
-def test_an_output_symlink_is_followed_and_stays_a_link(tmp_path):
-    """`-o link` writes the file the link points to (atomically, beside that file), as `> link` would; replacing
-    the link with a regular file lost the output to where the user looked."""
-    from rpr_mt.cli import _check_output, _write_lines
-
-    (tmp_path / "real").mkdir()
-    target, link = tmp_path / "real" / "t.txt", tmp_path / "link.txt"
-    target.write_text("old\n", encoding="utf-8")
-    link.symlink_to(target)
-    _check_output(str(link), "--output")
-    _write_lines(str(link), ["eins", "zwei"])
-    assert link.is_symlink() and target.read_text(encoding="utf-8") == "eins\nzwei\n"
-    dangling = tmp_path / "dangling.txt"  # to a file not there yet: created, as the shell would
-    dangling.symlink_to(tmp_path / "real" / "new.txt")
-    _write_lines(str(dangling), ["drei"])
-    assert dangling.is_symlink() and (tmp_path / "real" / "new.txt").read_text(encoding="utf-8") == "drei\n"
-
-    def stopped():
-        yield "vier"
-        raise KeyboardInterrupt
-
-    with pytest.raises(KeyboardInterrupt):  # the finished lines are kept beside the file they were meant for
-        _write_lines(str(link), stopped())
-    assert (tmp_path / "real" / "t.txt.partial").read_text(encoding="utf-8") == "vier\n"
-    assert link.is_symlink() and target.read_text(encoding="utf-8") == "eins\nzwei\n"
-    assert not list(tmp_path.rglob(".*.tmp"))
-
-
-def test_an_output_fifo_is_written_through_and_stays_a_fifo(tmp_path):
-    """`-o fifo` with a reader on the other end: the lines go into the pipe; a temporary renamed over the FIFO left
-    the reader waiting for ever and a regular file in its place."""
-    import stat
-    import threading
-
-    from rpr_mt.cli import _check_output, _write_lines
-
-    fifo = tmp_path / "fifo"
-    os.mkfifo(fifo)
-    received = []
-    reader = threading.Thread(target=lambda: received.append(fifo.read_text(encoding="utf-8")), daemon=True)
-    reader.start()
-    _check_output(str(fifo), "--output")
-    _write_lines(str(fifo), ["eins", "zwei"])
-    reader.join(timeout=30)
-    assert received == ["eins\nzwei\n"]
-    assert stat.S_ISFIFO(os.lstat(fifo).st_mode)
-    assert sorted(p.name for p in tmp_path.iterdir()) == ["fifo"]  # no temporary, no .partial
-
-
 def test_translate_to_dev_null_works_and_leaves_it_a_device(tmp_path, monkeypatch):
     """`-o /dev/null` (timing a decode) writes through the device; /dev is never written beside it, and the device
     node is never replaced (as root, the rename once turned /dev/null into a regular file)."""
@@ -1082,7 +1001,7 @@ def test_a_tiny_model_trained_on_lowercased_multi30k_answers_raw_text_recased(tm
 
     from rpr_mt.config import config_from_dict
     from rpr_mt.data.prepare import prepare
-    from rpr_mt.evaluate import detokenize_multi30k
+    from rpr_mt.text.multi30k import detokenize_multi30k
     from rpr_mt.text import casing
     from rpr_mt.train.trainer import train
     from tests.data import multi30k_tok_corpus
@@ -1119,3 +1038,18 @@ def test_a_tiny_model_trained_on_lowercased_multi30k_answers_raw_text_recased(tm
     assert outputs["--no-recase"] == detokenize_multi30k(tokenized, "de")
     assert outputs["--recase"] == detokenize_multi30k([model.recase(line) for line in tokenized], "de")
     assert outputs["--recase"] != outputs["--no-recase"]  # each line's first letter at least
+
+
+def test_every_command_only_turns_options_into_calls():
+    """A command's body (its options are its signature) stays short: policy (what to score, what to warn of, how
+    files are written) lives in the library, where scripts reuse it."""
+    import ast
+
+    from rpr_mt import cli
+
+    tree = ast.parse(Path(cli.__file__).read_text(encoding="utf-8"))
+    commands = [node for node in tree.body if isinstance(node, ast.FunctionDef)
+                and any("command" in ast.unparse(d) for d in node.decorator_list)]
+    assert {node.name for node in commands} >= {"translate", "eval_bleu", "train", "prepare"}
+    long = {node.name: node.end_lineno - node.body[0].lineno + 1 for node in commands}
+    assert all(lines <= 50 for lines in long.values()), long

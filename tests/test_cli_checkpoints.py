@@ -94,6 +94,16 @@ def test_eval_bleu_with_a_checkpoint_names_it(run_dir):
     assert json.loads(result.stdout)["lines"] == 20
 
 
+def test_eval_bleu_of_a_demo_model_reports_only_the_metrics_that_apply(run_dir):
+    """The demo translates into a synthetic language: no Moses-tokenized, compound-split BLEU and no Multi30k
+    literature BLEU, and one line that says why."""
+    result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--split", "test", "--beam-size", "1"])
+    assert result.exit_code == 0, result.output
+    assert "sacreBLEU" in result.stdout and "chrF" in result.stdout
+    assert "Multi30k lit. BLEU" not in result.stdout and "tok. BLEU, compound split" not in result.stdout
+    assert "(not reported: the demo's target is a synthetic language" in result.stdout
+
+
 def test_eval_bleu_says_when_lang_overrides_the_checkpoints_language(run_dir):
     tgt_lang = ckpt.load_for_inference(run_dir).config.data.tgt_lang
     other = "cs" if tgt_lang != "cs" else "fr"

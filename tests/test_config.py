@@ -65,7 +65,7 @@ def test_int_accepted_for_float_and_lists_become_tuples():
         ("train:\n  final_lr_fraction: -0.1\n", "train.final_lr_fraction must be in [0, 1]"),
         ("train:\n  adam_eps: -1e-9\n", "train.adam_eps must be positive"),
         ("train:\n  adam_betas: [0.9, .nan]\n", "line 2: train.adam_betas must be a finite number (got [0.9, .nan])"),
-        ("decode:\n  length_penalty: -0.6\n", "decode.length_penalty must be >= 0"),
+        ("decode:\n  length_penalty: -0.6\n", "decode.length_penalty must be a finite number >= 0 (got -0.6)"),
         ("decode:\n  length_penalty: .nan\n", "decode.length_penalty must be"),
         ("train:\n  peak_lr: .inf\n", "train.peak_lr must be a finite number"),
         ("train:\n  weight_decay: -0.01\n", "train.weight_decay must be >= 0"),

@@ -12,7 +12,8 @@ import pytest
 import sacrebleu
 
 from rpr_mt.errors import UserError
-from rpr_mt.evaluate import format_scores, lowercase_normalize_tokenize, score, split_compounds, tokenize_for_bleu
+from rpr_mt.evaluate import format_scores, score, split_compounds, tokenize_for_bleu
+from rpr_mt.text.multi30k import lowercase_normalize_tokenize
 
 HYPS = [
     "Ein Mann fährt mit dem Fahrrad über die Nord-Süd-Brücke.",
@@ -172,22 +173,6 @@ def test_pretokenized_text_draws_no_undetokenized_warning_and_raw_text_still_doe
     with caplog.at_level("WARNING", logger="sacrebleu"):
         score(cased, [line.removesuffix(" .") + "." for line in cased], lang="de")
     assert "tokenized period" in caplog.text
-
-
-@pytest.mark.parametrize("split", ["train", "val", "test_2016_flickr"])
-@pytest.mark.parametrize("lang", ["en", "de", "fr"])
-def test_the_datasets_files_read_as_what_they_are(multi30k_dir, split, lang):
-    """A few tok/ lines look raw (81 of the 29,000 German training lines, 3 of the 1,014 German dev lines: an
-    abbreviation's full stop); one such line had the model's own dev reference tokenized again. Every raw file reads
-    as raw, every tok/ file as tokenized."""
-    from rpr_mt.evaluate import reads_as_raw, reads_as_tokenized
-
-    def lines(*parts: str) -> list[str]:
-        return gzip.open(multi30k_dir.joinpath(*parts), "rt", encoding="utf-8").read().splitlines()
-
-    tok, raw = lines("tok", f"{split}.{lang}.gz"), lines(f"{split}.{lang}.gz")
-    assert reads_as_tokenized(tok) and not reads_as_raw(tok)
-    assert reads_as_raw(raw) and not reads_as_tokenized(raw)
 
 
 def test_recased_scores_are_sacrebleu_of_the_detokenized_recased_translations() -> None:

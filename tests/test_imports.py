@@ -1,8 +1,10 @@
-"""The direction of imports between rpr_mt's packages: data -> model -> train, model -> decode, export beside decode.
+"""The direction of imports between rpr_mt's packages: text at the bottom; data -> model -> train, model -> decode,
+export beside decode.
 
 Every module under rpr_mt/ is parsed (not imported), function-level imports included: a deferred import is still a
-dependency. Decoding an exported model must not pull in the trainer, the model must not know who uses it, and no two
-modules may import each other, directly or through others.
+dependency. The text package imports no other rpr_mt module, decoding (an exported model's too) pulls in neither the
+trainer nor the exporter, the model does not know who uses it, and no two modules import each other, directly or
+through others.
 """
 
 from __future__ import annotations
@@ -68,13 +70,18 @@ def test_the_parser_sees_function_level_imports():
     """The rules below mean nothing if deferred imports went unseen: the trainer's dev BLEU decodes through a
     function-level import."""
     assert "rpr_mt.decode.translate" in GRAPH["rpr_mt.train.validation"]
+    assert "rpr_mt.text.multi30k" in GRAPH["rpr_mt.decode.ctranslate2"]  # imported inside a method
     assert len(MODULES) > 50
+
+
+def _edges(package: str, forbidden: tuple[str, ...]) -> list[str]:
+    return sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if within(name, package)
+                  for target in targets if any(within(target, f) for f in forbidden))
 
 
 @pytest.mark.parametrize("package, forbidden", FORBIDDEN, ids=[p for p, _ in FORBIDDEN])
 def test_packages_import_only_downwards(package, forbidden):
-    wrong = sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if within(name, package)
-                   for target in targets if any(within(target, f) for f in forbidden))
+    wrong = _edges(package, forbidden)
     assert not wrong, "; ".join(wrong)
 
 
@@ -86,6 +93,21 @@ BOTTOM = {"rpr_mt.model.positions.schemes": set(), "rpr_mt.layouts": {"rpr_mt.er
 @pytest.mark.parametrize("module", sorted(BOTTOM))
 def test_bottom_modules_import_nothing_above_them(module):
     assert GRAPH[module] <= BOTTOM[module], sorted(GRAPH[module] - BOTTOM[module])
+
+
+def test_the_text_package_imports_no_other_rpr_mt_module():
+    """rpr_mt.text sits below everything (decode, evaluate and data use it): an import of any other rpr_mt module,
+    at module or function level, would tie plain text handling to the rest of the package."""
+    assert any(within(name, "rpr_mt.text") for name in MODULES)
+    wrong = sorted(f"{name} imports {target}" for name, targets in GRAPH.items() if within(name, "rpr_mt.text")
+                   for target in targets if not within(target, "rpr_mt.text"))
+    assert not wrong, "; ".join(wrong)
+
+
+def test_evaluate_only_scores():
+    """rpr_mt.evaluate holds the metrics: it takes text rules from rpr_mt.text and decodes nothing itself."""
+    assert not any(within(target, "rpr_mt.decode") for target in GRAPH["rpr_mt.evaluate"])
+    assert all(target == "rpr_mt.errors" or within(target, "rpr_mt.text") for target in GRAPH["rpr_mt.evaluate"])
 
 
 def test_no_import_cycles():

@@ -12,11 +12,16 @@ lines are all there.
 
 from __future__ import annotations
 
+import itertools
 import queue
 import threading
+from pathlib import Path
 from typing import Iterable, Iterator, Optional
 
-__all__ = ["ArrivingLines", "WINDOW_WAIT_S", "more_within", "take_window"]
+from rpr_mt.errors import UserError
+from rpr_mt.lines import count_lines, iter_lines
+
+__all__ = ["ArrivingLines", "WINDOW_WAIT_S", "more_within", "open_input", "take_window"]
 
 # How long a window waits for one more line before it is translated without it: unnoticed at a terminal, and far
 # longer than the gap between the lines of a pipe that streams a file.
@@ -96,3 +101,28 @@ def take_window(lines: Iterator[str], size: int) -> list[str]:
         if len(window) >= size or not more_within(lines, WINDOW_WAIT_S):
             break
     return window
+
+
+def open_input(path: str) -> tuple[Iterator[str], Optional[int]]:
+    """Translate's input lines and their number where it is known ahead (a file's, for the progress bar), checked
+    before a model loads (which can take a minute): a file is read whole first for bad bytes and its line count, then
+    again window by window; stdin or a pipe (``-i <(zcat x.gz)``) can be read once only, so its first line is waited
+    for, and bad bytes further on stop the run when they are reached. Its lines are read on a thread
+    (``ArrivingLines``), so that a line typed at a terminal, or written by a program that waits for its translation,
+    is translated when it is in, not when a window's worth more has come. An empty input is a ``UserError``: a wrong
+    file or an empty pipe is said instead of writing nothing."""
+    is_file = path != "-" and Path(path).is_file()
+    lines: Iterator[str]
+    if is_file:
+        total: Optional[int] = count_lines(path)
+        lines = iter_lines(path)
+        first = next(lines, None)
+        empty = first is None
+        lines = itertools.chain([] if empty else [first], lines)  # type: ignore[list-item]
+    else:
+        total = None
+        lines = ArrivingLines(iter_lines(path))
+        empty = lines.empty()
+    if empty:
+        raise UserError(f"{'stdin' if path == '-' else path}: no lines to translate (empty input)")
+    return lines, total

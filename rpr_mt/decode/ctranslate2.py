@@ -36,7 +36,7 @@ from collections import defaultdict
 from pathlib import Path
 from typing import Any, Optional, Sequence, Union
 
-from rpr_mt.config import DecodeConfig, config_from_dict
+from rpr_mt.config import DecodeConfig, check_decode, config_from_dict
 from rpr_mt.decode.search import Hypothesis, gnmt_length_penalty
 from rpr_mt.errors import UserError
 from rpr_mt.layouts import EXPORT_INFO_FILE, read_export_info
@@ -101,7 +101,7 @@ class ExportedTranslator:
     def search(self, sources: Sequence[Sequence[int]], decode: Optional[DecodeConfig] = None) -> list[list[Hypothesis]]:
         """For each source (piece ids, no eos), its ``decode.nbest`` best hypotheses, best first, scored like
         ``rpr_mt.decode.search`` (GNMT-normalised log-probability, eos included)."""
-        decode = decode or self.decode
+        decode = check_decode(decode or self.decode)  # the same rules as translate's (rpr_mt.config.check_decode)
         groups: dict[int, list[int]] = defaultdict(list)  # length limit -> indices of sources
         for index, ids in enumerate(sources):
             groups[self.limit(ids, decode)].append(index)
@@ -177,8 +177,9 @@ class ExportedTranslator:
         gets the lines that look raw tokenized as that text is, and their translations detokenized back, as
         translate does (``tokenize=False``: as ``--no-tokenize``, the lines as they are; ``detokenize=False``: as
         ``--no-detokenize``, the translations in the model's tokenized form)."""
-        from rpr_mt.decode.pretokenize import detokenize_outputs, plain_text_lines, tokenize_untokenized
+        from rpr_mt.decode.pretokenize import detokenize_outputs
         from rpr_mt.decode.translate import format_outputs, sentence_units
+        from rpr_mt.text.multi30k import plain_text_lines, tokenize_untokenized
 
         decode = decode or self.decode
         plain: list[int] = []  # the lines whose translations are detokenized (all lines are one window here)

@@ -10,7 +10,7 @@ Output format
   give N lines ``index<TAB>0.0000<TAB>`` so every input has the same number of lines.
 
 Sentence splitting (``decode.split_sentences``, on by default): each line is split into sentences
-(``rpr_mt.decode.segment``), all sentences of all lines are batched together as lines are without it, and each line's
+(``rpr_mt.text.segment``), all sentences of all lines are batched together as lines are without it, and each line's
 translations are joined into its one output line. A one-sentence line is translated exactly as without splitting.
 With nbest N > 1, a line of several sentences gets the N best joins of one hypothesis per sentence (each sentence's
 n-best list), scored as one hypothesis would be (the sentences' log-probabilities summed, GNMT-normalised by their
@@ -20,26 +20,20 @@ total length with each eos), best first (``best_joins``: exact, not the k-th bes
 from __future__ import annotations
 
 import collections
-import contextlib
-import gzip
 import heapq
 import logging
-import os
 import sys
-import zlib
-from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator, Optional, Union
 
 import torch
 from tqdm import tqdm
 
-from rpr_mt.config import DecodeConfig
-from rpr_mt.data.sources import refuse_unnamed_gzip
+from rpr_mt.config import DecodeConfig, check_decode
 from rpr_mt.decode.arriving import take_window
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search
-from rpr_mt.decode.segment import join_sentences, split_sentences
-from rpr_mt.errors import UserError
 from rpr_mt.host import keep_freed_memory
+from rpr_mt.lines import read_lines  # noqa: F401 (kept importable from here: rpr_mt.train.validation reads it so)
+from rpr_mt.text.segment import join_sentences, split_sentences
 
 logger = logging.getLogger(__name__)
 
@@ -49,68 +43,6 @@ logger = logging.getLogger(__name__)
 # beam 5, five had more than 2% of a set's lines below it (0.4-3.3%), which a 2% threshold reported as sentences left
 # out. Outputs that do leave sentences out are most of their lines (the position study's four-sentence lines).
 SHORT_RATE = 0.05
-
-
-def read_lines(path: Union[str, Path]) -> list[str]:
-    """Lines of a UTF-8 text file (``.gz`` allowed; ``-`` = stdin), without their line terminators.
-
-    Invalid UTF-8 is a ``UserError`` naming the file (``-`` for stdin) and the 1-based line number.
-    Lines are split on ``\\n`` only (a trailing ``\\r`` is dropped), so line numbers agree with ``wc -l``.
-    """
-    return list(iter_lines(path))
-
-
-def iter_lines(path: Union[str, Path]) -> Iterator[str]:
-    """``read_lines`` as a generator: each line as soon as it is read, so a pipe is translated as it arrives and
-    a long file is never held whole. Errors (a missing file, bad bytes) come when the reading reaches them."""
-    name = str(path)
-    try:
-        if name == "-":
-            handle = _stdin_lines()
-        elif name.endswith(".gz"):
-            handle = gzip.open(name, "rb")
-        else:
-            refuse_unnamed_gzip(Path(name))
-            handle = open(name, "rb")
-        with contextlib.nullcontext(handle) if name == "-" else handle:
-            for number, raw in enumerate(handle, start=1):
-                try:
-                    line = raw.removesuffix(b"\n").decode("utf-8")
-                except UnicodeDecodeError as exc:
-                    shown = "stdin" if name == "-" else name  # as the empty-input error names it
-                    raise UserError(f"{shown}: line {number}: invalid UTF-8 ({exc.reason} at byte {exc.start})") \
-                        from None
-                # byte-order marks: the file's own, and those of files joined with cat (training drops them too)
-                yield line.replace("\ufeff", "").removesuffix("\r")
-    except FileNotFoundError:
-        raise UserError(f"{name}: file not found") from None
-    except (OSError, EOFError, zlib.error) as exc:  # unreadable, or a truncated or corrupt .gz
-        raise UserError(f"{name}: cannot read ({exc})") from None
-
-
-def _stdin_lines() -> Iterable[bytes]:
-    """stdin's lines (each with its ``\n``), each as soon as it arrives. Read from its file descriptor with
-    ``os.read``, not through ``sys.stdin.buffer``: translate reads stdin on a thread (``ArrivingLines``), and a thread
-    still blocked in the buffered reader when the program ends (an error, Ctrl-C) held the lock that Python's shutdown
-    takes to close stdin: "Fatal Python error: could not acquire lock for <stdin>", exit 134. A stdin without a file
-    descriptor (a test runner's) is read through its buffer."""
-    if sys.stdin is None:  # `rpr-mt translate <&-`: Python leaves sys.stdin None when descriptor 0 is closed
-        raise UserError("stdin is closed: nothing to read (give the input with --input FILE)")
-    try:
-        fd = sys.stdin.fileno()
-    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation is an OSError and a ValueError
-        return sys.stdin.buffer
-    return _fd_lines(fd)
-
-
-def _fd_lines(fd: int) -> Iterator[bytes]:
-    pending = b""
-    while chunk := os.read(fd, 1 << 16):  # returns what has arrived, without waiting for 64 KiB
-        *lines, pending = (pending + chunk).split(b"\n")
-        for line in lines:
-            yield line + b"\n"
-    if pending:
-        yield pending
 
 
 def translate_lines(
@@ -170,8 +102,7 @@ def iter_translations(
     has a length; else none, as for a pipe)."""
     if torch.device(device).type == "cpu":
         keep_freed_memory()  # decoding reallocates the same beams every step; see rpr_mt.host
-    if decode.nbest > decode.beam_size:
-        raise UserError(f"decode.nbest ({decode.nbest}) must be <= decode.beam_size ({decode.beam_size})")
+    check_decode(decode)
     if total is None and hasattr(lines, "__len__"):
         total = len(lines)  # type: ignore[arg-type]
     limit = model.max_positions - 1  # room for the source's eos
@@ -229,12 +160,6 @@ def iter_translations(
                        decode.min_length, capped, n_sources, what)
     if len(short) > SHORT_RATE * translated:
         warn_short_outputs(short, translated, min_length_ratio, decode.split_sentences)
-
-
-def count_lines(path: Union[str, Path]) -> int:
-    """The number of lines ``iter_lines(path)`` gives, every line decoded: a file is checked whole (bad bytes
-    named with their line) and counted for the progress bar before a model loads, without holding it."""
-    return sum(1 for _ in iter_lines(path))
 
 
 def sentence_units(lines: list[str], split: bool, src_lang: Optional[str]) -> tuple[list[str], list[int]]:

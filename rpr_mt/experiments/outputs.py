@@ -42,7 +42,7 @@ def load_split_outputs(sweep: SweepResults, split: str, data_dir: str | Path | N
     """Every finished run's ``<split>.hyp`` with the split's source and reference text, checked line-aligned.
     ``data_dir`` defaults to the runs' own ``data.output_dir``, which must be the same for all of them."""
     from rpr_mt.data.prepare import reference_files
-    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.lines import read_lines
 
     if split not in ("dev", "test"):
         raise UserError(f"expected the split dev or test, not '{split}'")

@@ -26,7 +26,7 @@ from sacrebleu.metrics import BLEU
 from sacrebleu.significance import PairedTest
 
 from rpr_mt.errors import UserError
-from rpr_mt.evaluate import lowercase_normalize_tokenize
+from rpr_mt.text.multi30k import lowercase_normalize_tokenize
 from rpr_mt.experiments.outputs import SplitOutputs, cell_rows, literature_preps, load_split_outputs
 from rpr_mt.experiments.sweep import TABLE_NAMES, table_cells
 from rpr_mt.experiments.tables import PAPER, SweepResults, mean_std

@@ -30,6 +30,7 @@ from rpr_mt.errors import UserError
 from rpr_mt.experiments.lengths import bleu_by_length, buckets_from_edges
 from rpr_mt.experiments.sweep import comparable_config, config_fingerprint, decode_settings, recorded_decode, \
     recorded_fingerprints
+from rpr_mt.files import write_json, write_lines
 
 __all__ = ["FACTORS", "LENGTH_EDGES", "bucket_table", "corpus_scores", "evaluate_long", "join_consecutive",
            "long_sets", "plot_study", "render_bootstrap", "render_study_table", "write_long_sets"]
@@ -60,7 +61,7 @@ def long_sets(sources: Sequence[str], references: Sequence[str], factors: Sequen
 def write_long_sets(data_dir: str | Path, out_dir: str | Path, src_lang: str, tgt_lang: str) -> list[Path]:
     """The joined sets as files for other tools: ``<split>.x<f>.<lang>`` (f >= 2)."""
     from rpr_mt.data.prepare import reference_files
-    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.lines import read_lines
 
     written = []
     for split in SPLITS:
@@ -71,9 +72,7 @@ def write_long_sets(data_dir: str | Path, out_dir: str | Path, src_lang: str, tg
             for lines, lang in ((src, src_lang), (ref, tgt_lang)):
                 path = Path(out_dir) / f"{split}.x{factor}.{lang}"
                 path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = path.with_name(path.name + ".tmp")
-                tmp.write_text("\n".join(lines) + "\n", encoding="utf-8")
-                tmp.replace(path)
+                write_lines(str(path), lines)
                 written.append(path)
     return written
 
@@ -109,7 +108,8 @@ def evaluate_long(
 
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.data.vocab import Vocab
-    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.decode.translate import translate_lines
+    from rpr_mt.lines import read_lines
     from rpr_mt.checkpoint_files import LoadedModel, load_for_inference
 
     run_dir = Path(cfg.train.run_dir)
@@ -138,7 +138,7 @@ def evaluate_long(
         for stale in sorted(sidecar.parent.glob("*.hyp")):  # made otherwise: none of them is reused
             stale.unlink()
         sidecar.parent.mkdir(parents=True, exist_ok=True)
-        _write_json_atomic(sidecar, settings)
+        write_json(sidecar, settings)
     buckets = buckets_from_edges(list(edges))
     record: dict[str, Any] = {"fingerprint": fingerprint,
                               "checkpoint_file": previous.get("checkpoint_file", result.get("checkpoint_file")),
@@ -167,9 +167,7 @@ def evaluate_long(
                                              src_lang=cfg.data.src_lang, tgt_lang=cfg.data.tgt_lang,
                                              min_length_ratio=loaded.length_ratio_floor)
                 hyp_path.parent.mkdir(parents=True, exist_ok=True)
-                tmp = hyp_path.with_name(hyp_path.name + ".tmp")
-                tmp.write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
-                tmp.replace(hyp_path)
+                write_lines(str(hyp_path), hypotheses)
             # what decoding cut: sources past max_positions - 1 pieces are truncated by translate, and the output
             # limit a * |x| + b (|x| with eos, capped at max_positions - 1; decode.search.max_output_lengths) may
             # stop a hypothesis before its eos (counted on the re-encoded output, which SentencePiece gives back
@@ -191,16 +189,8 @@ def evaluate_long(
             {"bucket": b.label, "low": b.low, "high": b.high, "sentences": count, "bleu": bleu}
             for b, (count, bleu) in zip(buckets, bleu_by_length(all_src, all_hyp, all_ref, buckets))
         ]
-    _write_json_atomic(out_path, record)
+    write_json(out_path, record)
     return record
-
-
-def _write_json_atomic(path: Path, value: Any) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(value, indent=2) + "\n", encoding="utf-8")
-    tmp.replace(path)
-
-
 
 
 # ----------------------------------------------------------------------------------------------------------------------
@@ -342,7 +332,7 @@ def render_bootstrap(sweep: Any, split: str = "test", factors: Sequence[int] = (
 
     The references come from ``data_dir``, by default the prepared data named by the baseline run's config."""
     from rpr_mt.data.prepare import reference_files
-    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.lines import read_lines
     from rpr_mt.experiments.outputs import _run_data_dir
     from rpr_mt.experiments.significance import paired_bootstrap
 
@@ -394,7 +384,7 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
     from rpr_mt.data.binarize import load_split
     from rpr_mt.data.prepare import reference_files
     from rpr_mt.data.vocab import Vocab
-    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.lines import read_lines
     from rpr_mt.experiments.outputs import _run_data_dir
     from rpr_mt.train.batching import usable_examples
 
@@ -437,7 +427,7 @@ def render_output_lengths(sweep: Any, split: str = "test", factor: int = 4,
 
 
 def _hypotheses(run_dir: Path, name: str) -> list[str] | None:
-    from rpr_mt.decode.translate import read_lines
+    from rpr_mt.lines import read_lines
 
     split, factor = name.split(".x")
     path = run_dir / f"long/{name}.hyp"  # x1: evaluate_long's own decoding where it made one, else the sweep's

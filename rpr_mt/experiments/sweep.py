@@ -28,14 +28,13 @@ import json
 import os
 import re
 import sys
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Callable, Iterable, Iterator
 
 from rpr_mt.config import Config, HubSettings, config_to_dict, is_pretokenized, load_config, yaml_value
 from rpr_mt.errors import UserError, check_creatable_directory
-from rpr_mt.host import give_new_file_mode
+from rpr_mt.files import write_json, write_lines
 from rpr_mt.locks import held_by_another, locked_directory
 from rpr_mt.provenance import code_version
 
@@ -251,7 +250,7 @@ def _merge_plan(root: str | Path, config_path: str | Path, overrides: list[str],
         for cell in run.cells:
             if list(cell) not in entry["cells"]:
                 entry["cells"].append(list(cell))
-    _write_json(path, plan)
+    write_json(path, plan)
 
 
 def check_plan(plan: dict[str, Any] | None, root: str | Path, config_path: str | Path,
@@ -372,20 +371,6 @@ def check_root(root: str | Path, create: bool = True) -> None:
         raise UserError(f"--root {root}: cannot create the directory ({exc.strerror}: {exc.filename})") from None
 
 
-def _write_json(path: Path, value: Any) -> None:
-    """Written whole to a temporary of this writer's own beside ``path``, then renamed over it."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            give_new_file_mode(handle.fileno())  # mkstemp's 0o600 would hide result.json from others
-            handle.write(json.dumps(value, indent=2) + "\n")
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
-
-
 def only_run_name(only: str, root: str) -> str:
     """A --only run as the sweep names it (``base/seed1``), from the path a shell completes: ``base/seed1/``, or the
     run's path under ``root`` spelled any way (``ROOT/base/seed1``, ``./base/seed1`` from inside the root)."""
@@ -461,7 +446,8 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
     import torch
 
     from rpr_mt.data.prepare import prepare, reference_files
-    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.decode.translate import translate_lines
+    from rpr_mt.lines import read_lines
     from rpr_mt.evaluate import score
     from rpr_mt.checkpoint_files import load_for_inference
     from rpr_mt.train.trainer import train
@@ -501,14 +487,14 @@ def execute_run(cfg: Config, run: Run, log: Callable[[str], None]) -> dict[str, 
         log(f"{run.directory}: decoding {split} ({which} checkpoint, beam {decode.beam_size})")
         hypotheses = translate_lines(model, vocab, read_lines(src_path), decode=decode, device=torch.device("cpu"),
                                      min_length_ratio=loaded.length_ratio_floor)
-        (run_dir / f"{split}.hyp").write_text("\n".join(hypotheses) + "\n", encoding="utf-8")
+        write_lines(str(run_dir / f"{split}.hyp"), hypotheses)
         scores = score(hypotheses, read_lines(ref_path), lang=cfg.data.tgt_lang, pretokenized=is_pretokenized(cfg.data))
         record[f"{split}_bleu"] = scores["sacrebleu"]
         record[f"{split}_chrf"] = scores["chrf"]
         record[f"{split}_lc_tok_bleu"] = scores["lc_tok_bleu"]
         record["signature"] = scores["sacrebleu_signature"]
         record["lc_tok_signature"] = scores["lc_tok_bleu_signature"]
-    _write_json(run_dir / "result.json", record)
+    write_json(run_dir / "result.json", record)
     return record
 
 

@@ -70,7 +70,7 @@ CASED_EN = ["A dog runs in the park.", "The cat sits on the mat.", "Two men play
 
 def multi30k_tok_corpus(root: Path) -> DataConfig:
     """Multi30k's layout in miniature: raw files and tok/ files made from them by the dataset's script."""
-    from rpr_mt.evaluate import lowercase_normalize_tokenize
+    from rpr_mt.text.multi30k import lowercase_normalize_tokenize
 
     (root / "tok").mkdir(parents=True)
     for prefix, n in (("train", 10), ("val", 1), ("test_2016_flickr", 1)):

@@ -428,7 +428,7 @@ def _unreachable_hub(tmp_path: Path, monkeypatch) -> DataConfig:
 BAD_INPUTS = {
     "line count mismatch": (lambda p, m: _files(p, SENTENCES_EN, SENTENCES_DE[:-1]),
                             r"train\.en has 12 lines but .*train\.de has 11"),
-    "invalid utf-8 in dev": (lambda p, m: _bad_utf8_dev(p), r"dev\.de:2: invalid UTF-8"),
+    "invalid utf-8 in dev": (lambda p, m: _bad_utf8_dev(p), r"dev\.de: line 2: invalid UTF-8"),
     "empty file": (lambda p, m: _empty_file(p), r"input file is empty: .*dev\.en"),
     "missing file": (lambda p, m: _missing_file(p), r"input file not found: .*no_such_file\.de"),
     "all dropped": (lambda p, m: _files(p, SENTENCES_EN, SENTENCES_DE, max_words=2),

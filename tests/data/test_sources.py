@@ -38,7 +38,7 @@ def test_invalid_utf8_names_file_and_line(tmp_path, gz):
     data = b"good line\nanother\nbad \xff\xfe byte\n"
     path = tmp_path / ("bad.txt.gz" if gz else "bad.txt")
     path.write_bytes(gzip.compress(data) if gz else data)
-    with pytest.raises(UserError, match=r"bad\.txt(\.gz)?:3: invalid UTF-8"):
+    with pytest.raises(UserError, match=r"bad\.txt(\.gz)?: line 3: invalid UTF-8"):
         list(sources.read_lines(path))
 
 

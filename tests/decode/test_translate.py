@@ -1,17 +1,14 @@
-"""translate_lines (order, batching, empty lines, truncation, n-best format) and read_lines."""
+"""translate_lines (order, batching, empty lines, truncation, n-best format)."""
 
 from __future__ import annotations
 
-import gzip
-import io
 import logging
-import sys
 
 import pytest
 import torch
 
 from rpr_mt.config import DecodeConfig
-from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.decode.translate import translate_lines
 from rpr_mt.errors import UserError
 
 from . import BOS, EOS, ID, PAD, TOKEN, VOCAB_SIZE, ScriptedModel, copy_script, ids
@@ -132,54 +129,6 @@ def test_real_model_batched_equals_line_by_line(beam_size: int) -> None:
     finally:
         torch.set_num_threads(threads)
     assert batched == one_by_one and len(batched) == len(lines) and batched[2] == ""
-
-
-# --------------------------------------------------------------------------------------------------------------------
-# read_lines
-# --------------------------------------------------------------------------------------------------------------------
-
-
-def test_read_lines_plain_gz_and_crlf(tmp_path) -> None:
-    plain = tmp_path / "x.txt"
-    plain.write_bytes("\ufeffeins\r\nzwei\n\ndrei\n\ufeffvier".encode("utf-8"))  # (the second file's mark, joined by cat)
-    assert read_lines(plain) == ["eins", "zwei", "", "drei", "vier"]
-    packed = tmp_path / "x.txt.gz"
-    with gzip.open(packed, "wb") as f:
-        f.write("Grüße\nü\n".encode("utf-8"))
-    assert read_lines(packed) == ["Grüße", "ü"]
-
-
-def test_read_lines_reports_invalid_utf8_with_line_number(tmp_path) -> None:
-    bad = tmp_path / "bad.en"
-    bad.write_bytes(b"fine\nalso fine\nbroken \xff here\n")
-    with pytest.raises(UserError, match=r"bad\.en: line 3: invalid UTF-8"):
-        read_lines(bad)
-
-
-def test_read_lines_stdin(monkeypatch: pytest.MonkeyPatch) -> None:
-    """stdin is named as the empty-input error names it ("-: line 2" before)."""
-    monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(b"ok\n\xc3\n")))
-    with pytest.raises(UserError, match=r"^stdin: line 2: invalid UTF-8"):
-        read_lines("-")
-
-
-def test_read_lines_missing_file(tmp_path) -> None:
-    with pytest.raises(UserError, match="file not found"):
-        read_lines(tmp_path / "nope.txt")
-
-
-def test_read_lines_corrupt_gzip_is_a_user_error(tmp_path) -> None:
-    packed = tmp_path / "x.de.gz"
-    with gzip.open(packed, "wb") as f:
-        f.write(("ein Satz\n" * 200).encode())
-    data = bytearray(packed.read_bytes())
-    data[30:40] = b"\x00" * 10  # damage the deflate stream itself (not only the trailer)
-    packed.write_bytes(bytes(data))
-    with pytest.raises(UserError, match=r"x\.de\.gz: cannot read"):
-        read_lines(packed)
-    packed.write_bytes(bytes(data[: len(data) // 2]))  # truncated
-    with pytest.raises(UserError, match=r"x\.de\.gz: cannot read"):
-        read_lines(packed)
 
 
 class PunctVocab(StubVocab):
@@ -386,17 +335,3 @@ def test_lines_are_read_a_window_at_a_time() -> None:
     assert next(outputs) == "d" and len(consumed) == 2
     assert next(outputs) == "" and len(consumed) == 4
     assert list(outputs) == [line.strip() for line in LINES[3:]]
-
-
-def test_iter_lines_reads_as_it_goes_and_agrees_with_read_lines(tmp_path) -> None:
-    from rpr_mt.decode.translate import iter_lines
-
-    plain = tmp_path / "x.txt"
-    plain.write_bytes("\ufeffeins\r\nzwei\n\ndrei".encode("utf-8"))
-    assert list(iter_lines(plain)) == read_lines(plain) == ["eins", "zwei", "", "drei"]
-    bad = tmp_path / "bad.en"
-    bad.write_bytes(b"fine\nalso fine\nbroken \xff here\n")
-    lines = iter_lines(bad)
-    assert next(lines) == "fine"  # given before the bad line is read
-    with pytest.raises(UserError, match=r"bad\.en: line 3: invalid UTF-8"):
-        list(lines)

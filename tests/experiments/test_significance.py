@@ -96,7 +96,7 @@ def test_signed_mean_of_deltas():
 def test_literature_bleu_bootstrap_resamples_lowercased_tokenized_text(tmp_path):
     """--metric lit: raw runs' outputs go through the literature's lowercase + normalize + tokenize first; runs on
     Multi30k's tokenized text are resampled as they are; runs scored before the metric existed are refused."""
-    from rpr_mt.evaluate import lowercase_normalize_tokenize
+    from rpr_mt.text.multi30k import lowercase_normalize_tokenize
     from rpr_mt.experiments.significance import _signed
 
     data = sweep_with_hypotheses(tmp_path / "sweep", tmp_path / "data")

@@ -10,7 +10,7 @@ import pytest
 
 from rpr_mt.config import config_from_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
-from rpr_mt.decode.translate import read_lines
+from rpr_mt.lines import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.experiments.study import (evaluate_long, join_consecutive, long_sets, render_bucket_table,
                                       render_study_table, write_long_sets)

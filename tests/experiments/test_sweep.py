@@ -13,7 +13,7 @@ import pytest
 from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.config import config_from_dict, config_to_dict, load_config, save_config
 from rpr_mt.data.prepare import prepare, reference_files
-from rpr_mt.decode.translate import read_lines
+from rpr_mt.lines import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import score
 from rpr_mt.experiments.lengths import length_table, render_length_table

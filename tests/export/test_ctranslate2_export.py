@@ -18,7 +18,7 @@ from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.cli import app
 from rpr_mt.config import config_to_dict
 from rpr_mt.data.vocab import Vocab
-from rpr_mt.decode.translate import read_lines
+from rpr_mt.lines import read_lines
 from rpr_mt.errors import UserError
 from rpr_mt.export.ctranslate2 import export_ctranslate2, unsupported_reason
 from rpr_mt.model.transformer import Seq2Seq

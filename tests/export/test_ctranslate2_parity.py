@@ -22,7 +22,8 @@ import torch
 from rpr_mt.data.binarize import load_split
 from rpr_mt.decode.ctranslate2 import ExportedTranslator
 from rpr_mt.decode.search import Hypothesis, beam_search, greedy_search
-from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.decode.translate import translate_lines
+from rpr_mt.lines import read_lines
 from rpr_mt.export.ctranslate2 import export_ctranslate2
 from rpr_mt.checkpoint_files import load_for_inference
 from rpr_mt.train.trainer import train

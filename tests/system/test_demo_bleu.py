@@ -15,7 +15,8 @@ import pytest
 
 from rpr_mt.config import load_config
 from rpr_mt.data.prepare import reference_files
-from rpr_mt.decode.translate import read_lines, translate_lines
+from rpr_mt.decode.translate import translate_lines
+from rpr_mt.lines import read_lines
 from rpr_mt.evaluate import score
 from rpr_mt.checkpoint_files import load_for_inference
 from rpr_mt.train.trainer import train

@@ -53,7 +53,7 @@ def test_capitalise_skips_escapes_and_leaves_letters_without_a_single_upper_case
 
 
 def test_tokenize_cased_is_multi30k_tokenization_without_lowercasing():
-    from rpr_mt.evaluate import lowercase_normalize_tokenize
+    from rpr_mt.text.multi30k import lowercase_normalize_tokenize
 
     lines = ['Ein "Mann" mit 2 Hüten, l\'homme.', "Zwei Hunde (klein) spielen - im Park & am See.",
              "L'homme porte un « chapeau » rouge.", "A man 's hat [red] | blue."]

@@ -7,8 +7,8 @@ import logging
 
 import pytest
 
-from rpr_mt.decode import segment
-from rpr_mt.decode.segment import join_sentences, split_sentences
+from rpr_mt.text import segment
+from rpr_mt.text.segment import join_sentences, split_sentences
 
 
 @pytest.mark.parametrize("lang, line, expected", [
@@ -62,7 +62,7 @@ def test_whitespace_and_empty_lines() -> None:
 
 def test_unknown_language_falls_back_and_says_so_once(caplog: pytest.LogCaptureFixture, monkeypatch) -> None:
     monkeypatch.setattr(segment, "_warned", set())
-    with caplog.at_level(logging.WARNING, logger="rpr_mt.decode.segment"):
+    with caplog.at_level(logging.WARNING, logger="rpr_mt.text.segment"):
         assert split_sentences("Dr. Smith came. He left.", "xh") == ["Dr. Smith came.", "He left."]
         assert split_sentences("One. Two.", "xh") == ["One.", "Two."]
         split_sentences("One. Two.", "de")  # a known language: nothing said

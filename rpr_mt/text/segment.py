@@ -18,7 +18,7 @@ Two corrections on top:
 
 With these, every line of the Multi30k dev and test sets (``val``, ``test_2016_flickr``; en, de, fr; raw and ``tok/``)
 comes back whole, as itself, so splitting leaves a one-sentence line's translation as it was
-(tests/decode/test_segment.py checks all 12,084 lines).
+(tests/text/test_segment.py checks all 12,084 lines).
 """
 
 from __future__ import annotations
