@@ -12,11 +12,12 @@ Both load with ``mmap_mode="r"``, so training touches only the pages it reads.
 from __future__ import annotations
 
 import hashlib
+import shutil
 import time
 from dataclasses import dataclass
 from itertools import chain, islice
 from pathlib import Path
-from typing import Any, Iterator, Optional
+from typing import Any, BinaryIO, Iterator, Optional
 
 import numpy as np
 from tqdm import tqdm
@@ -26,7 +27,7 @@ from rpr_mt.errors import UserError
 
 SIDES = ("src", "tgt")
 _BATCH_LINES = 8192  # sentences encoded per SentencePiece call: bounds memory while keeping the C++ side busy
-_COPY_CHUNK = 1 << 24  # ids copied per step from the raw scratch file into the .npy
+_COPY_CHUNK = 1 << 24  # bytes copied per step from the raw scratch file into the .npy
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
@@ -68,20 +69,20 @@ def binarize_text(
 ) -> SideStats:
     """Encode ``text_path`` (``n_lines`` lines) into the id and offset files of (split, side).
 
-    Memory is O(one batch of sentences): ids go to a scratch file as they are produced, offsets into a
-    memory-mapped array, and the scratch file is copied into the final .npy in chunks. ``times`` (optional)
-    accumulates the seconds SentencePiece spends encoding ("encoding") and the rest ("binarizing": reading the
-    text, the id and offset arrays)."""
+    Memory is O(one batch of sentences), whatever the corpus size: offsets are written to their .npy and ids to a
+    scratch file as they are produced, and the scratch file is copied behind the ids' .npy header in chunks. Plain
+    writes, not memory maps: a written map's pages stay resident in this process until it ends, so its memory
+    would grow with the corpus. ``times`` (optional) accumulates the seconds SentencePiece spends encoding
+    ("encoding") and the rest ("binarizing": reading the text, the id and offset arrays)."""
     started, encoding = time.perf_counter(), 0.0
     dtype = id_dtype(vocab.size)
     stats = SideStats()
-    offsets = np.lib.format.open_memmap(offsets_file(data_dir, split, side), mode="w+", dtype=np.int64,
-                                        shape=(n_lines + 1,))
-    offsets[0] = 0
     scratch = Path(data_dir) / f"{split}.{side}.ids.tmp"
     lines = _read_text(text_path)
-    with open(scratch, "wb") as out, tqdm(total=n_lines, desc=desc, unit=" sent", unit_scale=True,
-                                          disable=not progress, leave=False) as bar:
+    with open(offsets_file(data_dir, split, side), "wb") as offsets_out, open(scratch, "wb") as out, \
+            tqdm(total=n_lines, desc=desc, unit=" sent", unit_scale=True, disable=not progress, leave=False) as bar:
+        _write_npy_header(offsets_out, np.dtype(np.int64), n_lines + 1)
+        offsets_out.write(np.zeros(1, dtype=np.int64).tobytes())
         while batch := list(islice(lines, _BATCH_LINES)):
             if stats.sentences + len(batch) > n_lines:
                 raise RuntimeError(f"{text_path} has more than the expected {n_lines} lines")
@@ -90,8 +91,7 @@ def binarize_text(
             encoding += time.perf_counter() - before
             lengths = np.fromiter((len(e) for e in encoded), dtype=np.int64, count=len(encoded))
             flat = np.fromiter(chain.from_iterable(encoded), dtype=np.int64, count=int(lengths.sum()))
-            start = stats.sentences
-            offsets[start + 1:start + 1 + len(batch)] = stats.tokens + np.cumsum(lengths)
+            offsets_out.write((stats.tokens + np.cumsum(lengths)).tobytes())
             out.write(flat.astype(dtype).tobytes())
             stats.sentences += len(batch)
             stats.tokens += int(flat.size)
@@ -99,8 +99,6 @@ def binarize_text(
             bar.update(len(batch))
     if stats.sentences != n_lines:
         raise RuntimeError(f"{text_path} has {stats.sentences} lines, expected {n_lines}")
-    offsets.flush()
-    del offsets
     _scratch_to_npy(scratch, ids_file(data_dir, split, side), dtype, stats.tokens)
     if times is not None:
         times["encoding"] = times.get("encoding", 0.0) + encoding
@@ -108,16 +106,16 @@ def binarize_text(
     return stats
 
 
+def _write_npy_header(out: BinaryIO, dtype: np.dtype, count: int) -> None:
+    """The .npy header of a 1-D array of ``count`` ``dtype`` values; the values follow it in the file."""
+    header = {"descr": np.lib.format.dtype_to_descr(dtype), "fortran_order": False, "shape": (count,)}
+    np.lib.format.write_array_header_1_0(out, header)
+
+
 def _scratch_to_npy(scratch: Path, target: Path, dtype: np.dtype, count: int) -> None:
-    if count == 0:  # np.memmap cannot map an empty file
-        np.save(target, np.zeros(0, dtype=dtype))
-    else:
-        source = np.memmap(scratch, dtype=dtype, mode="r", shape=(count,))
-        final = np.lib.format.open_memmap(target, mode="w+", dtype=dtype, shape=(count,))
-        for start in range(0, count, _COPY_CHUNK):
-            final[start:start + _COPY_CHUNK] = source[start:start + _COPY_CHUNK]
-        final.flush()
-        del final, source
+    with open(scratch, "rb") as source, open(target, "wb") as out:
+        _write_npy_header(out, dtype, count)
+        shutil.copyfileobj(source, out, _COPY_CHUNK)
     scratch.unlink()
 
 
