@@ -27,7 +27,7 @@ from rpr_mt.errors import UserError
 
 SIDES = ("src", "tgt")
 _BATCH_LINES = 8192  # sentences encoded per SentencePiece call: bounds memory while keeping the C++ side busy
-_COPY_CHUNK = 1 << 20  # bytes copied per step from the raw scratch file into the .npy
+_COPY_CHUNK = 1 << 16  # bytes copied per step from the raw scratch file into the .npy
 
 
 def id_dtype(vocab_size: int) -> np.dtype:
