@@ -28,8 +28,8 @@ from rpr_mt.errors import UserError
 # holds them, imports torch); tests/test_config.py checks them against rpr_mt.train.run_dir.RESUMABLE_TRAIN_KEYS.
 _INTRO = """\
 One YAML file per experiment with four sections: `data`, `model`, `train`, `decode` (`configs/demo.yaml` is a small
-complete example). Every key below is a field of a dataclass in `rpr_mt/config.py`, with the default it has when the
-file leaves it out; a file may leave out any key, and `rpr-mt` commands without `--config` use every default.
+complete example). Every key below is a field of a dataclass in `rpr_mt/config.py` (a position scheme's own section:
+in `rpr_mt/model/positions/schemes.py`), with the default it has when the file leaves it out; a file may leave out any key, and `rpr-mt` commands without `--config` use every default.
 `rpr-mt config keys [SECTION]` lists the same keys on the command line, and `rpr-mt config show --config FILE
 [--set ...]` prints a config as the commands resolve it.
 
@@ -53,7 +53,7 @@ file leaves it out; a file may leave out any key, and `rpr-mt` commands without 
 """
 
 # What the page says of itself, after the introduction.
-_GENERATED = ("This page is generated from `rpr_mt/config.py` by `python3 scripts/config_reference.py --write "
+_GENERATED = ("This page is generated from the config dataclasses by `python3 scripts/config_reference.py --write "
               "docs/configuration.md`; a test fails when it is out of date.")
 
 

@@ -32,7 +32,6 @@ from rpr_mt.config import DecodeConfig, check_decode
 from rpr_mt.decode.arriving import take_window
 from rpr_mt.decode.search import Hypothesis, beam_search, gnmt_length_penalty, greedy_search
 from rpr_mt.host import keep_freed_memory
-from rpr_mt.lines import read_lines  # noqa: F401 (kept importable from here: rpr_mt.train.validation reads it so)
 from rpr_mt.text.segment import join_sentences, split_sentences
 
 logger = logging.getLogger(__name__)

@@ -49,7 +49,8 @@ def dev_bleu(
     tokenizer would split it again and warn at every validation)."""
     from sacrebleu.metrics import BLEU
 
-    from rpr_mt.decode.translate import read_lines, translate_lines
+    from rpr_mt.decode.translate import translate_lines
+    from rpr_mt.lines import read_lines
 
     src_path = data_dir / f"dev.{cfg.data.src_lang}"
     ref_path = data_dir / f"dev.{cfg.data.tgt_lang}"
