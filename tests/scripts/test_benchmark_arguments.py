@@ -59,6 +59,8 @@ CASES = [
     ("bench_prepare_scale.py", ["--config", "{tmp}/missing.yaml"], "error: config file not found: {tmp}/missing.yaml"),
     ("bench_prepare_scale.py", ["--make-pairs", "10"], "error: --make-pairs needs --dir"),
     ("bench_trainer_startup.py", ["--config", "x.yaml", "--max-tokens", "0"], "argument --max-tokens: must be >= 1"),
+    ("check_ddp_batches.py", ["--config", "x.yaml", "--nproc", "0"], "argument --nproc: must be >= 1 (got 0)"),
+    ("check_ddp_batches.py", ["--config", "{tmp}/missing.yaml"], "error: config file not found: {tmp}/missing.yaml"),
     ("bench_trainer_startup.py", ["--config", "{tmp}/missing.yaml"], "error: config file not found: {tmp}/missing.yaml"),
     ("profile_attention.py", ["--steps", "0"], "argument --steps: must be >= 1 (got 0)"),
     ("profile_gpu_host.py", ["--calls", "-3"], "argument --calls: must be >= 1 (got -3)"),
