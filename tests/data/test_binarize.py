@@ -59,3 +59,14 @@ def test_id_dtype_depends_on_vocab_size():
 def test_missing_split_is_a_user_error(tmp_path):
     with pytest.raises(UserError, match=r"no prepared 'test' split in .*run `rpr-mt prepare`"):
         load_split(tmp_path, "test")
+
+
+def test_the_written_arrays_are_the_bytes_np_save_writes(tmp_path, vocab):
+    """binarize writes its .npy files with plain writes (a header, then the values): they are what np.save writes
+    for the same arrays, so np.load, memory-mapped or not, reads them as any .npy."""
+    (tmp_path / "dev.en").write_text("the dog sees a cat\n\nthose three red birds saw the king\n")
+    binarize.binarize_text(tmp_path / "dev.en", vocab, tmp_path, "dev", "src", 3, progress=False)
+    for path in (binarize.ids_file(tmp_path, "dev", "src"), binarize.offsets_file(tmp_path, "dev", "src")):
+        array = np.load(path)
+        np.save(tmp_path / "expected.npy", array)
+        assert path.read_bytes() == (tmp_path / "expected.npy").read_bytes(), path
