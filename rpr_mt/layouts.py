@@ -7,6 +7,8 @@ checkpoint I/O the exporter), so the file names and the reading of the info file
     model.bin, config.json, shared_vocabulary.json   CTranslate2's model: weights, tokens, the pieces in id order
     spm.model                                        the run's SentencePiece model (text <-> pieces)
     rpr_mt.json                                      where the model came from and the run's decode settings
+    casing.json                                      the casing model, for models of lowercased text that have one
+                                                     (``rpr_mt.text.casing``; the info file names it)
 
 This module imports nothing else of ``rpr_mt`` but the error type.
 """

@@ -40,6 +40,7 @@ from rpr_mt.config import DecodeConfig, check_decode, config_from_dict
 from rpr_mt.decode.search import Hypothesis, gnmt_length_penalty
 from rpr_mt.errors import UserError
 from rpr_mt.layouts import EXPORT_INFO_FILE, read_export_info
+from rpr_mt.text.casing import Casing, CasingError, load as load_casing
 
 __all__ = ["ExportedTranslator"]
 
@@ -82,6 +83,11 @@ class ExportedTranslator:
         self.max_positions: int = int(self.info["max_positions"])
         self.decode: DecodeConfig = config_from_dict({"decode": self.info["decode"]}, origin=str(info_path)).decode
         self.vocab = Vocab.load(self.model_dir / self.info["sentencepiece_model"])
+        casing_file = self.info.get("casing_model")  # exports of lowercased text that has a casing model
+        try:
+            self.casing: Optional[Casing] = load_casing(self.model_dir / casing_file) if casing_file else None
+        except CasingError as exc:
+            raise UserError(str(exc)) from None
         self._ids = {self.vocab.piece(i): i for i in range(self.vocab.size)}
         self.translator = ctranslate2.Translator(
             str(self.model_dir), device=device, compute_type=compute_type, inter_threads=1, intra_threads=threads
@@ -169,14 +175,16 @@ class ExportedTranslator:
 
     def translate_lines(
         self, lines: Sequence[str], decode: Optional[DecodeConfig] = None, tokenize: bool = True,
-        detokenize: bool = True,
+        detokenize: bool = True, recase: bool = True,
     ) -> list[str]:
         """``rpr-mt translate``'s output for ``lines`` (the format of ``rpr_mt.decode.translate``, sentence splitting
         included): one line per input, or with nbest N > 1, N lines ``index<TAB>score<TAB>text`` each; empty inputs
         stay empty. All sentences of all lines are searched as one job. A model trained on Multi30k's tokenized text
         gets the lines that look raw tokenized as that text is, and their translations detokenized back, as
         translate does (``tokenize=False``: as ``--no-tokenize``, the lines as they are; ``detokenize=False``: as
-        ``--no-detokenize``, the translations in the model's tokenized form)."""
+        ``--no-detokenize``, the translations in the model's tokenized form); those detokenized translations are
+        recased with the export's casing model where it has one, as translate does (``recase=False``: as
+        ``--no-recase``)."""
         from rpr_mt.decode.pretokenize import detokenize_outputs
         from rpr_mt.decode.translate import format_outputs, sentence_units
         from rpr_mt.text.multi30k import plain_text_lines, tokenize_untokenized
@@ -194,5 +202,6 @@ class ExportedTranslator:
         tgt_lang = self.info.get("tgt_lang")
         outputs = format_outputs(len(lines), owners, found, self.vocab.decode, decode, tgt_lang)
         if detokenize and plain:
-            outputs = list(detokenize_outputs(outputs, set(plain), decode.nbest, tgt_lang))
+            casing = self.casing if recase else None
+            outputs = list(detokenize_outputs(outputs, set(plain), decode.nbest, tgt_lang, casing))
         return outputs

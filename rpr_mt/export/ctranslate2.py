@@ -42,6 +42,7 @@ from rpr_mt.layouts import CTRANSLATE2_WEIGHTS, EXPORT_FORMAT, EXPORT_INFO_FILE
 from rpr_mt.model.positions import SCHEMES, describe_positions
 from rpr_mt.model.positions.schemes import CT2_ALIBI_BIAS, CT2_ENCODINGS, CT2_ROTARY, CT2_SHAW, CT2_T5_BIAS, \
     Unexportable
+from rpr_mt.text import casing
 
 if TYPE_CHECKING:
     from ctranslate2.specs import transformer_spec
@@ -298,7 +299,7 @@ def export_ctranslate2(
     empty or a CTranslate2 model directory.
     """
     _import_ctranslate2()
-    from rpr_mt.checkpoint_files import load_checkpoint, model_from_payload, resolve_checkpoint
+    from rpr_mt.checkpoint_files import casing_of_data, load_checkpoint, model_from_payload, resolve_checkpoint
 
     if quantization is not None and quantization not in quantization_types():
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")
@@ -323,6 +324,8 @@ def export_ctranslate2(
     if reason is not None:
         raise UserError(reason)
     model, vocab = model_from_payload(payload, config, resolved)  # the same checks and errors as translate
+    if vocab.casing is None:  # checkpoints from before they carried it: their prepared data's, as translate finds it
+        vocab.casing = casing_of_data(config, resolved, vocab)
     spec = build_spec(model, vocab)
 
     try:
@@ -334,6 +337,8 @@ def export_ctranslate2(
         staged = workdir / "model"
         _spec_converter(spec).convert(str(staged), quantization=quantization)
         (staged / MODEL_FILE).write_bytes(payload["vocab"]["spm_model"].numpy().tobytes())
+        if vocab.casing is not None:
+            (staged / casing.FILE_NAME).write_text(vocab.casing.to_json(), encoding="utf-8")
         info = {
             "format": EXPORT_FORMAT,
             "checkpoint": str(resolved),
@@ -342,6 +347,8 @@ def export_ctranslate2(
             "max_positions": config.model.max_positions,
             "quantization": quantization,
             "sentencepiece_model": MODEL_FILE,
+            # translate_lines recases the translations of raw lines with it, as `rpr-mt translate` does
+            "casing_model": casing.FILE_NAME if vocab.casing is not None else None,
             "decode": config_to_dict(config.decode),
             "src_lang": config.data.src_lang,  # sentence splitting's rules (ExportedTranslator.translate_lines)
             "tgt_lang": config.data.tgt_lang,

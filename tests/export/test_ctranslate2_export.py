@@ -169,6 +169,53 @@ def test_a_tok_multi30k_model_is_given_raw_lines_tokenized_as_translate_gives_th
     assert translator.translate_lines(lines, detokenize=False) == ["ein &quot; hund &quot; ."] * 2
 
 
+def test_a_tok_multi30k_model_exports_its_casing_model_and_recases_as_translate_does(tmp_path, export_data):
+    """The casing model a checkpoint carries goes into the export (casing.json, named by rpr_mt.json), and
+    translate_lines recases the raw lines' translations with it, as `rpr-mt translate` does; recase=False is
+    --no-recase. A model of cased text exports none."""
+    from rpr_mt.decode.ctranslate2 import ExportedTranslator
+    from rpr_mt.text.casing import Casing
+
+    path = random_checkpoint(export_data, tmp_path / "tok.pt", positions="rope")
+    payload = ckpt.load_checkpoint(path)
+    payload["config"]["data"].update(source="multi30k", multi30k_text="tok", multi30k_dir=str(tmp_path),
+                                      src_lang="en", tgt_lang="de")
+    casing = Casing("de", {"hund": "Hund"})
+    payload["vocab"]["casing_model"] = torch.frombuffer(bytearray(casing.to_json().encode()), dtype=torch.uint8)
+    ckpt.save_checkpoint(payload, path)
+    export_ctranslate2(path, tmp_path / "ct2")
+    assert json.loads((tmp_path / "ct2" / "rpr_mt.json").read_text())["casing_model"] == "casing.json"
+    assert (tmp_path / "ct2" / "casing.json").read_text() == casing.to_json()
+
+    translator = ExportedTranslator(tmp_path / "ct2")
+    assert translator.casing == casing
+    translator.vocab.decode = lambda ids: "ein &quot; hund &quot; ."
+    lines = ["A small Dog.", "a small dog ."]  # raw, and already tokenized (kept as the model wrote it)
+    assert translator.translate_lines(lines) == ['Ein "Hund".', "ein &quot; hund &quot; ."]
+    assert translator.translate_lines(lines, recase=False) == ['ein "hund".', "ein &quot; hund &quot; ."]
+
+    cased = random_checkpoint(export_data, tmp_path / "cased.pt", positions="rope")
+    export_ctranslate2(cased, tmp_path / "ct2_cased")
+    assert json.loads((tmp_path / "ct2_cased" / "rpr_mt.json").read_text())["casing_model"] is None
+    assert not (tmp_path / "ct2_cased" / "casing.json").exists()
+    assert ExportedTranslator(tmp_path / "ct2_cased").casing is None
+
+
+def test_a_broken_casing_model_in_an_export_is_one_line_error(tmp_path, export_data):
+    from rpr_mt.decode.ctranslate2 import ExportedTranslator
+    from rpr_mt.text.casing import Casing
+
+    path = random_checkpoint(export_data, tmp_path / "tok.pt", positions="rope")
+    payload = ckpt.load_checkpoint(path)
+    payload["vocab"]["casing_model"] = torch.frombuffer(bytearray(Casing("de", {}).to_json().encode()),
+                                                        dtype=torch.uint8)
+    ckpt.save_checkpoint(payload, path)
+    export_ctranslate2(path, tmp_path / "ct2")
+    (tmp_path / "ct2" / "casing.json").write_text("{not json")
+    with pytest.raises(UserError, match="casing.json: not a casing model"):
+        ExportedTranslator(tmp_path / "ct2")
+
+
 def test_int8_export_translates(tmp_path, export_data):
     path = random_checkpoint(export_data, tmp_path / "random.pt", positions="t5")
     export_ctranslate2(path, tmp_path / "int8", quantization="int8")
