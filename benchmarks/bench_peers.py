@@ -573,7 +573,7 @@ def run_rpr_mt(args, work: Path, run: Path, data_dir: Path) -> tuple[Finished, P
         args.toolkit, work, run / "run", data_dir, minutes=args.minutes, max_updates=args.max_updates,
         save_every=args.save_every), run / "train.log", env, budget=args.minutes * 60, grace=300)
     progress = parse_rpr_mt_metrics(open(run / "run" / "metrics.jsonl"))
-    # train.average_last's mean of the last 10 checkpoints (rpr_mt/checkpoints.py names it), else the last
+    # train.average_last's mean of the last 10 checkpoints (rpr_mt/checkpoint_files.py names it), else the last
     which = "average" if (run / "run" / "checkpoints" / "checkpoint_avg.pt").is_file() else "last"
     hyps = {}
     for split in SPLITS:

@@ -241,6 +241,34 @@ def resolve_checkpoint(path: str | Path, which: str = "best") -> Path:
     raise UserError(f"no {name} in {directory}" + (" (run `rpr-mt average-checkpoints` first)" if which == "average" else ""))
 
 
+def choose_which(checkpoint: str | Path, which: str | None, report: Callable[[str], None],
+                 resolve: bool = False) -> str:
+    """The ``--which`` to use (best when not given), with a word to ``report`` where the choice may surprise: a value
+    given with a checkpoint file, where it is not used; best asked of a run directory without one (its newest
+    numbered checkpoint is loaded); or a run directory's best checkpoint loaded by default while the run also has an
+    averaged one that is not older (train.average_last writes it at the end of training, and the run's scores in
+    result.json and the docs are of that average). ``resolve``: also resolve the checkpoint it chooses, so that a
+    wrong path or ``--which`` is said at once."""
+    path = Path(checkpoint)
+    if which is not None and path.is_file():
+        report(f"warning: --which {which} chooses within a run directory; {checkpoint} is a checkpoint file and is "
+               "used as it is")
+    if which in (None, "best") and path.is_dir():
+        folder = checkpoint_folder(path)
+        best, average = folder / "checkpoint_best.pt", folder / "checkpoint_avg.pt"
+        if not best.is_file() and numbered_checkpoints_in(folder):  # resolve_checkpoint's fallback, said
+            report(f"note: {folder} has no checkpoint_best.pt (no validation has saved one yet); loading its newest "
+                   "numbered checkpoint, as --which last")
+        elif which is None and best.is_file() and average.is_file() \
+                and average.stat().st_mtime >= best.stat().st_mtime:
+            report(f"note: {checkpoint} has an averaged checkpoint newer than its best one; loading the best one "
+                   "(the default), --which average loads the average")
+    which = which or "best"
+    if resolve:
+        resolve_checkpoint(checkpoint, which)
+    return which
+
+
 def prepared_data_of(output_dir: str | Path, checkpoint: str | Path, vocab_sha256: str | None = None) -> Path:
     """The prepared data a checkpoint's run used. ``data.output_dir`` is saved as the run gave it, often relative
     to the directory it was started from (``data/multi30k_...``). Candidates, in this order: the path itself when
@@ -398,6 +426,44 @@ def _refuse_repeats(paths: list[Path]) -> list[int | None]:
         raise UserError(f"{earlier} and {path} both hold update {step} but different weights (an average, or "
                         "checkpoints of two trainings): average one training's checkpoints, each update once")
     return steps
+
+
+def average_inputs(inputs: list[Path], last: int, output: Path | None,
+                   report: Callable[[str], None]) -> tuple[list[Path], Path]:
+    """What ``average-checkpoints`` averages and where it writes: one run directory's (or checkpoint folder's) last
+    ``last`` numbered checkpoints, into its checkpoint_avg.pt unless ``output`` is given; or the listed checkpoint
+    files, into ``output`` (required). The output may not take a name training reserves (a numbered checkpoint, which
+    resume and pruning would take for one of theirs; checkpoint_best.pt, which --which best would load)."""
+    if last < 1:
+        raise UserError("--last must be >= 1")
+    # What the inputs are decides what else is needed (--output for files), so a missing input is said first.
+    for path in inputs:
+        if not path.exists():
+            raise UserError(f"{path} does not exist (give a run directory or checkpoint files)")
+    if len(inputs) > 1 and any(path.is_dir() for path in inputs):
+        directory = next(path for path in inputs if path.is_dir())
+        raise UserError(f"{directory} is a directory: give one run directory, or checkpoint files")
+    if len(inputs) == 1 and inputs[0].is_dir():
+        folder = checkpoint_folder(inputs[0])  # RUN/checkpoints, or a folder of checkpoint files
+        paths = numbered_checkpoints_in(folder)[-last:]
+        if not paths:
+            raise UserError(f"no numbered checkpoints in {folder}")
+        if len(paths) < last:
+            report(f"warning: --last {last}, but {inputs[0]} has only {len(paths)} numbered checkpoint(s) (a run "
+                   f"keeps the last train.keep_last of those it writes every train.save_every updates); averaging "
+                   f"{len(paths)}")
+        output = output or folder / "checkpoint_avg.pt"
+    else:
+        paths = list(inputs)
+        if output is None:
+            raise UserError("--output is required when averaging listed checkpoint files")
+    if STEP_PATTERN.search(output.name):
+        raise UserError(f"--output {output}: a numbered name (checkpoint_NNNNNNNN.pt) is reserved for training "
+                        "checkpoints; choose another name, e.g. checkpoint_avg.pt")
+    if output.name == "checkpoint_best.pt":
+        raise UserError(f"--output {output}: checkpoint_best.pt is reserved for the training's best checkpoint; "
+                        "choose another name, e.g. checkpoint_avg.pt")
+    return paths, output
 
 
 def average_checkpoints(paths: list[Path], report: Callable[[str], None] | None = None) -> dict[str, Any]:

@@ -341,7 +341,7 @@ def translate(
                      min_length=min_length, buffer_lines=buffer_lines, split_sentences=split_sentences)
     _check_decode_options(options)
     _device(device)
-    which = _resolved_which(checkpoint, which)  # a wrong path or --which first: cheap, and said even with no input
+    which = _which(checkpoint, which, resolve=True)  # a wrong path or --which first: cheap, and said even with no input
     lines, total = open_input(input)  # checked (bad bytes, empty) before the model loads
     loaded = _load_model(checkpoint, which, device)
     model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
@@ -467,7 +467,7 @@ def _score_checkpoint(checkpoint: Path, which: Optional[str], split: str, hyp: O
     from rpr_mt.config import is_pretokenized
     from rpr_mt.decode.translate import translate_lines
     from rpr_mt.lines import read_lines
-    from rpr_mt.scoring import note_other_language, score_translations
+    from rpr_mt.scoring import note_other_language, score_translations, split_paths
 
     if hyp is not None:
         raise UserError("--hyp goes with --ref, not with --checkpoint (which translates --split and scores its own "
@@ -481,11 +481,11 @@ def _score_checkpoint(checkpoint: Path, which: Optional[str], split: str, hyp: O
     # fingerprint read without its tensors (where torch can map the file; else after loading, below).
     peeked = peek_checkpoint(resolve_checkpoint(checkpoint, which))
     if peeked is not None:
-        src_path, ref = _split_paths(peeked[0], peeked[1], checkpoint, split, ref, save_hyp)
+        src_path, ref = split_paths(peeked[0], peeked[1], checkpoint, split, ref, save_hyp)
     loaded = _load_model(checkpoint, which, device)
     model, cfg, vocab = loaded.model, loaded.config, loaded.vocab
     if peeked is None:
-        src_path, ref = _split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
+        src_path, ref = split_paths(cfg, vocab.fingerprint, checkpoint, split, ref, save_hyp)
     note_other_language(lang, cfg.data.tgt_lang, "the target language of the checkpoint's data", _stderr)
     decode = _decode_config(cfg, {**options, "nbest": 1})
     _stderr(f"translating {src_path}, scoring against {ref}")  # which copy of the data, when there are several
@@ -514,35 +514,7 @@ def average_checkpoints_command(
     """Average model parameters of several checkpoints (the paper averages the last 20 for big models)."""
     from rpr_mt import checkpoint_files as ckpt
 
-    if last < 1:
-        raise UserError("--last must be >= 1")
-    # What the inputs are decides what else is needed (--output for files), so a missing input is said first.
-    for path in inputs:
-        if not path.exists():
-            raise UserError(f"{path} does not exist (give a run directory or checkpoint files)")
-    if len(inputs) > 1 and any(path.is_dir() for path in inputs):
-        directory = next(path for path in inputs if path.is_dir())
-        raise UserError(f"{directory} is a directory: give one run directory, or checkpoint files")
-    if len(inputs) == 1 and inputs[0].is_dir():
-        folder = ckpt.checkpoint_folder(inputs[0])  # RUN/checkpoints, or a folder of checkpoint files
-        paths = ckpt.numbered_checkpoints_in(folder)[-last:]
-        if not paths:
-            raise UserError(f"no numbered checkpoints in {folder}")
-        if len(paths) < last:
-            typer.echo(f"warning: --last {last}, but {inputs[0]} has only {len(paths)} numbered checkpoint(s) "
-                       f"(a run keeps the last train.keep_last of those it writes every train.save_every updates); "
-                       f"averaging {len(paths)}", err=True)
-        output = output or folder / "checkpoint_avg.pt"
-    else:
-        paths = list(inputs)
-        if output is None:
-            raise UserError("--output is required when averaging listed checkpoint files")
-    if ckpt.STEP_PATTERN.search(output.name):  # resume and pruning would take it for a training checkpoint
-        raise UserError(f"--output {output}: a numbered name (checkpoint_NNNNNNNN.pt) is reserved for training "
-                        "checkpoints; choose another name, e.g. checkpoint_avg.pt")
-    if output.name == "checkpoint_best.pt":  # training writes it, and --which best would load the average
-        raise UserError(f"--output {output}: checkpoint_best.pt is reserved for the training's best checkpoint; "
-                        "choose another name, e.g. checkpoint_avg.pt")
+    paths, output = ckpt.average_inputs(inputs, last, output, _stderr)
     check_output(str(output), "--output", inputs=paths, text=False)
     if output.exists() or output.is_symlink():  # in a finished run, checkpoint_avg.pt is the one result.json scored
         # what it is first: "pass --force" for a file that --force then refuses to replace would mislead
@@ -640,70 +612,6 @@ def config_show_command(
 # -- helpers -----------------------------------------------------------------------------------------------------------
 
 
-def _prepare_command(checkpoint: Path) -> str:
-    """The command that prepares a model's data: with the config.yaml of its run directory (the checkpoint's, or the
-    one holding it in checkpoints/), where there is one."""
-    if checkpoint.is_dir():
-        run_dir: Optional[Path] = checkpoint
-    else:  # a file in a run's checkpoints/, or one alone (model.pt), whose parent is no run
-        run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
-    config = run_dir / "config.yaml" if run_dir is not None else None
-    if config is not None and config.is_file():
-        return f"rpr-mt prepare --config {config}"
-    return "rpr-mt prepare with the config it was trained by"
-
-
-def _split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, ref: Optional[Path],
-                 save_hyp: Optional[Path]) -> tuple[Path, Path]:
-    """eval-bleu --checkpoint: the prepared source of ``split`` and its reference (``ref`` if given), checked, and
-    --save-hyp checked against both. The data is the run's own, prepared with the model's vocabulary, from any
-    directory (``prepared_data_of``)."""
-    from rpr_mt.checkpoint_files import prepared_data_of
-
-    data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab_sha256)
-    src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
-    if not src_path.is_file():
-        with_text = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
-        listed = _manifest_splits(data_dir)
-        if split == "train" and split in listed:  # prepare keeps no training text: it can be large
-            raise UserError(f"--split train: {data_dir} keeps the training pairs as token ids only, not as text; "
-                            "score a file of your own with --hyp/--ref")
-        if split in listed:  # prepared, and its text file removed since
-            raise UserError(f"{src_path} is missing from the prepared data: prepare it again with --force "
-                            f"({_prepare_command(checkpoint)})")
-        if with_text or listed:  # the data is there, the split is not: a prepare would not help
-            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(with_text or listed)}); "
-                            "score a file of your own with --hyp/--ref")
-        raise UserError(f"{src_path} not found: prepare the data first ({_prepare_command(checkpoint)}) or pass "
-                        "--hyp/--ref")
-    if ref is None:
-        ref = default_ref
-        check_input(str(ref), "--ref (the split's reference)")
-    if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
-        check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
-    from rpr_mt.lines import count_lines
-
-    # before decoding (minutes of it), not after: each source line is translated into one line scored against ref's
-    source_lines, ref_lines = count_lines(src_path), count_lines(ref)
-    if source_lines != ref_lines:
-        raise UserError(f"{ref} has {ref_lines} lines but {src_path}, which would be translated and scored against "
-                        f"it, has {source_lines}; they must be line-aligned")
-    return src_path, ref
-
-
-def _manifest_splits(data_dir: Path) -> list[str]:
-    """The splits a prepared data directory's manifest lists (none when it has no readable manifest)."""
-    from rpr_mt.data.prepare import is_prepared, read_manifest
-
-    if not is_prepared(data_dir):
-        return []
-    try:
-        splits = read_manifest(data_dir).get("splits")
-    except UserError:
-        return []
-    return list(splits) if isinstance(splits, dict) else []
-
-
 def _stderr(text: str) -> None:
     typer.echo(text, err=True)
 
@@ -714,38 +622,10 @@ def _device(name: str):
     return resolve_device(name, "--device")
 
 
-def _which(checkpoint: Path, which: Optional[str]) -> str:
-    """The --which to use (best when not given), with a word on stderr where the choice may surprise: a value given
-    with a checkpoint file, where it is not used; best asked of a run directory without one (its newest numbered
-    checkpoint is loaded); or a run directory's best checkpoint loaded by default while the run also has an averaged
-    one that is not older (train.average_last writes it at the end of training, and the run's scores in result.json
-    and the docs are of that average)."""
-    from rpr_mt import checkpoint_files as ckpt
+def _which(checkpoint: Path, which: Optional[str], resolve: bool = False) -> str:
+    from rpr_mt.checkpoint_files import choose_which
 
-    path = Path(checkpoint)
-    if which is not None and path.is_file():
-        _stderr(f"warning: --which {which} chooses within a run directory; {checkpoint} is a checkpoint file and is "
-                "used as it is")
-    if which in (None, "best") and path.is_dir():
-        folder = ckpt.checkpoint_folder(path)
-        best, average = folder / "checkpoint_best.pt", folder / "checkpoint_avg.pt"
-        if not best.is_file() and ckpt.numbered_checkpoints_in(folder):  # resolve_checkpoint's fallback, said
-            _stderr(f"note: {folder} has no checkpoint_best.pt (no validation has saved one yet); loading its newest "
-                    "numbered checkpoint, as --which last")
-        elif which is None and best.is_file() and average.is_file() \
-                and average.stat().st_mtime >= best.stat().st_mtime:
-            _stderr(f"note: {checkpoint} has an averaged checkpoint newer than its best one; loading the best one "
-                    "(the default), --which average loads the average")
-    return which or "best"
-
-
-def _resolved_which(checkpoint: Path, which: Optional[str]) -> str:
-    """``_which``, with the checkpoint it chooses resolved (a wrong path or --which is said at once)."""
-    from rpr_mt.checkpoint_files import resolve_checkpoint
-
-    which = _which(checkpoint, which)
-    resolve_checkpoint(checkpoint, which)
-    return which
+    return choose_which(checkpoint, which, _stderr, resolve=resolve)
 
 
 def _load_model(checkpoint: Path, which: str, device: str):

@@ -2,20 +2,25 @@
 which metrics apply to the data at hand, and the notes and warnings where the two sides of a score are in different
 forms (raw text, Multi30k's lowercased tokenized text), whose scores would otherwise mislead without a word.
 
-Scripts that score files reuse this policy through ``score_files``; the CLI only turns options into these calls.
+Scripts that score files reuse this policy through ``score_files``; ``split_paths`` finds and checks the prepared
+split a checkpoint is scored on. The CLI only turns options into these calls.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Any, Callable, Optional, Union
+from typing import TYPE_CHECKING, Any, Callable, Optional, Union
 
 from rpr_mt.errors import UserError
 from rpr_mt.evaluate import recased_scores, score
 from rpr_mt.languages import ISO_639_1
-from rpr_mt.lines import read_lines
+from rpr_mt.files import check_input, check_output
+from rpr_mt.lines import count_lines, read_lines
 from rpr_mt.text.casing import Casing
 from rpr_mt.text.multi30k import raw_looking_lines, reads_as_raw, reads_as_tokenized
+
+if TYPE_CHECKING:
+    from rpr_mt.config import Config
 
 Report = Callable[[str], None]
 
@@ -170,3 +175,65 @@ def score_translations(hypotheses: list[str], ref: Path, lang: str, tokenized_mo
     if raw_reference and casing is not None:
         scores.update(recased_scores(hypotheses, references, lang, casing))  # the comparable sacreBLEU
     return applicable(scores, source)
+
+
+def prepare_command(checkpoint: Path) -> str:
+    """The command that prepares a model's data: with the config.yaml of its run directory (the checkpoint's, or the
+    one holding it in checkpoints/), where there is one."""
+    if checkpoint.is_dir():
+        run_dir: Optional[Path] = checkpoint
+    else:  # a file in a run's checkpoints/, or one alone (model.pt), whose parent is no run
+        run_dir = checkpoint.parent.parent if checkpoint.parent.name == "checkpoints" else None
+    config = run_dir / "config.yaml" if run_dir is not None else None
+    if config is not None and config.is_file():
+        return f"rpr-mt prepare --config {config}"
+    return "rpr-mt prepare with the config it was trained by"
+
+
+def split_paths(cfg: Config, vocab_sha256: str, checkpoint: Path, split: str, ref: Optional[Path],
+                save_hyp: Optional[Path]) -> tuple[Path, Path]:
+    """eval-bleu --checkpoint: the prepared source of ``split`` and its reference (``ref`` if given), checked, and
+    --save-hyp checked against both. The data is the run's own, prepared with the model's vocabulary, from any
+    directory (``prepared_data_of``)."""
+    from rpr_mt.checkpoint_files import prepared_data_of  # deferred: scoring files needs no torch
+
+    data_dir = prepared_data_of(cfg.data.output_dir, checkpoint, vocab_sha256)
+    src_path, default_ref = data_dir / f"{split}.{cfg.data.src_lang}", data_dir / f"{split}.{cfg.data.tgt_lang}"
+    if not src_path.is_file():
+        with_text = sorted(p.name[: -len(f".{cfg.data.src_lang}")] for p in data_dir.glob(f"*.{cfg.data.src_lang}"))
+        listed = _manifest_splits(data_dir)
+        if split == "train" and split in listed:  # prepare keeps no training text: it can be large
+            raise UserError(f"--split train: {data_dir} keeps the training pairs as token ids only, not as text; "
+                            "score a file of your own with --hyp/--ref")
+        if split in listed:  # prepared, and its text file removed since
+            raise UserError(f"{src_path} is missing from the prepared data: prepare it again with --force "
+                            f"({prepare_command(checkpoint)})")
+        if with_text or listed:  # the data is there, the split is not: a prepare would not help
+            raise UserError(f"--split {split}: {data_dir} has no such split (it has {', '.join(with_text or listed)}); "
+                            "score a file of your own with --hyp/--ref")
+        raise UserError(f"{src_path} not found: prepare the data first ({prepare_command(checkpoint)}) or pass "
+                        "--hyp/--ref")
+    if ref is None:
+        ref = default_ref
+        check_input(str(ref), "--ref (the split's reference)")
+    if save_hyp is not None:  # the translations would replace the text they are translated from or scored on
+        check_output(str(save_hyp), "--save-hyp", inputs=[src_path, ref])
+    # before decoding (minutes of it), not after: each source line is translated into one line scored against ref's
+    source_lines, ref_lines = count_lines(src_path), count_lines(ref)
+    if source_lines != ref_lines:
+        raise UserError(f"{ref} has {ref_lines} lines but {src_path}, which would be translated and scored against "
+                        f"it, has {source_lines}; they must be line-aligned")
+    return src_path, ref
+
+
+def _manifest_splits(data_dir: Path) -> list[str]:
+    """The splits a prepared data directory's manifest lists (none when it has no readable manifest)."""
+    from rpr_mt.data.prepare import is_prepared, read_manifest
+
+    if not is_prepared(data_dir):
+        return []
+    try:
+        splits = read_manifest(data_dir).get("splits")
+    except UserError:
+        return []
+    return list(splits) if isinstance(splits, dict) else []

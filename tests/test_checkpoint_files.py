@@ -346,3 +346,61 @@ def test_the_casing_model_of_the_data_travels_with_the_vocabulary_and_its_checks
     broken = {**payload, "casing_model": torch.frombuffer(bytearray(b"{not json"), dtype=torch.uint8)}
     with pytest.raises(UserError, match=r"^checkpoint old\.pt: its casing model is broken \(casing\.json: not a "):
         vocab_from_payload(broken, "old.pt")
+
+
+def test_average_inputs_take_a_run_s_last_numbered_checkpoints_into_its_average_or_listed_files(tmp_path):
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    for step in (100, 20, 300, 4000):  # numbered order, not name order
+        (folder / f"checkpoint_{step:08d}.pt").write_bytes(b"")
+    (folder / "checkpoint_best.pt").write_bytes(b"")
+    said: list[str] = []
+    paths, output = ckpt.average_inputs([tmp_path / "run"], 2, None, said.append)
+    assert [p.name for p in paths] == ["checkpoint_00000300.pt", "checkpoint_00004000.pt"] and not said
+    assert output == folder / "checkpoint_avg.pt"
+    paths, _ = ckpt.average_inputs([tmp_path / "run"], 9, tmp_path / "avg.pt", said.append)
+    assert len(paths) == 4 and said == [said[0]] and "--last 9, but" in said[0] and "averaging 4" in said[0]
+    files = [folder / "checkpoint_00000020.pt", folder / "checkpoint_00000100.pt"]
+    assert ckpt.average_inputs(files, 20, tmp_path / "two.pt", said.append) == (files, tmp_path / "two.pt")
+    with pytest.raises(UserError, match="--output is required when averaging listed checkpoint files"):
+        ckpt.average_inputs(files, 20, None, said.append)
+
+
+@pytest.mark.parametrize("name, reserved", [("checkpoint_00000500.pt", "a numbered name"),
+                                            ("checkpoint_best.pt", "checkpoint_best.pt is reserved")])
+def test_average_inputs_refuse_an_output_name_training_reserves(tmp_path, name, reserved):
+    (tmp_path / "a.pt").write_bytes(b"")
+    with pytest.raises(UserError, match=reserved):
+        ckpt.average_inputs([tmp_path / "a.pt"], 20, tmp_path / name, print)
+
+
+def test_average_inputs_say_a_missing_input_or_a_directory_among_several_first(tmp_path):
+    (tmp_path / "a.pt").write_bytes(b"")
+    with pytest.raises(UserError, match="nope.pt does not exist"):
+        ckpt.average_inputs([tmp_path / "a.pt", tmp_path / "nope.pt"], 20, None, print)
+    with pytest.raises(UserError, match="is a directory: give one run directory, or checkpoint files"):
+        ckpt.average_inputs([tmp_path / "a.pt", tmp_path], 20, tmp_path / "avg.pt", print)
+    with pytest.raises(UserError, match="--last must be >= 1"):
+        ckpt.average_inputs([tmp_path / "a.pt"], 0, tmp_path / "avg.pt", print)
+
+
+def test_choose_which_says_where_the_choice_may_surprise(tmp_path):
+    folder = tmp_path / "run" / "checkpoints"
+    folder.mkdir(parents=True)
+    (folder / "checkpoint_00000100.pt").write_bytes(b"")
+    said: list[str] = []
+    assert ckpt.choose_which(tmp_path / "run", None, said.append, resolve=True) == "best"
+    assert len(said) == 1 and "has no checkpoint_best.pt" in said[0] and "as --which last" in said[0]
+    best, average = folder / "checkpoint_best.pt", folder / "checkpoint_avg.pt"
+    best.write_bytes(b"")
+    average.write_bytes(b"")
+    os.utime(best, (1_000, 1_000))
+    said.clear()
+    assert ckpt.choose_which(tmp_path / "run", None, said.append) == "best"
+    assert len(said) == 1 and "averaged checkpoint newer than its best one" in said[0]
+    said.clear()
+    assert ckpt.choose_which(tmp_path / "run", "average", said.append) == "average" and not said
+    assert ckpt.choose_which(best, "last", said.append) == "last"
+    assert len(said) == 1 and "is a checkpoint file and is used as it is" in said[0]
+    with pytest.raises(UserError):
+        ckpt.choose_which(tmp_path / "nope", None, said.append, resolve=True)

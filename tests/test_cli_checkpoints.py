@@ -13,6 +13,7 @@ from rpr_mt import checkpoint_files as ckpt
 from rpr_mt.cli import app
 from rpr_mt.config import config_from_dict
 from rpr_mt.curves import read_curves
+from rpr_mt.scoring import split_paths
 from rpr_mt.train.trainer import train
 from tests.test_cli import assert_one_line_error
 from tests.train.test_trainer import demo_data, tiny  # noqa: F401 (demo_data is a fixture)
@@ -313,7 +314,7 @@ def test_eval_bleu_checks_the_split_and_save_hyp_before_loading_the_weights(run_
     result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--split", "nope"])
     assert result.exit_code == 2 and "--split nope:" in result.output and "has no such split" in result.output
     config, sha = ckpt.peek_checkpoint(ckpt.resolve_checkpoint(run_dir, "best"))
-    _, reference = cli._split_paths(config, sha, run_dir, "test", None, None)  # the run's test reference
+    _, reference = split_paths(config, sha, run_dir, "test", None, None)  # the run's test reference
     result = runner.invoke(app, ["eval-bleu", "--checkpoint", str(run_dir), "--save-hyp", str(reference)])
     # (the reference of a prepared split: refused as a file of the prepared data, before it is known as an input)
     assert result.exit_code == 2 and "is a file of the prepared data in" in result.output
