@@ -605,8 +605,10 @@ def weights_mismatch(model: "nn.Module", weights: dict[str, torch.Tensor]) -> st
 
 
 def model_from_payload(payload: dict[str, Any], config: Config, source: str | Path) -> tuple["Seq2Seq", Vocab]:
-    """The model (eval mode, on the CPU) that checkpoint ``source`` describes, with its weights, and its vocabulary.
-    Weights that do not fit the model its config describes are a one-line UserError naming the first mismatch."""
+    """The model (eval mode, on the CPU) that checkpoint ``source`` describes, with its weights, and its vocabulary
+    with its casing model (the checkpoint's; for checkpoints from before they carried one, their prepared data's:
+    ``casing_of_data``). Weights that do not fit the model its config describes are a one-line UserError naming the
+    first mismatch."""
     from rpr_mt.model.transformer import Seq2Seq  # deferred: keeps checkpoint I/O importable without the model
 
     vocab = vocab_from_payload(payload["vocab"], source)
@@ -615,6 +617,8 @@ def model_from_payload(payload: dict[str, Any], config: Config, source: str | Pa
     if problem is not None:
         raise UserError(f"{source}: its weights do not fit the model its config describes ({problem})")
     model.load_state_dict(payload["model"])
+    if vocab.casing is None:
+        vocab.casing = casing_of_data(config, source, vocab)
     return model.eval(), vocab
 
 
@@ -644,7 +648,5 @@ def load_for_inference(
         report(f"loaded {resolved} ({describe_checkpoint(payload)})")
     config = config_from_dict(payload["config"], origin=str(resolved))
     model, vocab = model_from_payload(payload, config, resolved)
-    if vocab.casing is None:
-        vocab.casing = casing_of_data(config, resolved, vocab)
     floor = (payload.get("dev") or payload.get("dev_lengths") or {}).get("length_ratio_p01")
     return LoadedModel(model.to(device), config, vocab, resolved, floor)

@@ -299,7 +299,7 @@ def export_ctranslate2(
     empty or a CTranslate2 model directory.
     """
     _import_ctranslate2()
-    from rpr_mt.checkpoint_files import casing_of_data, load_checkpoint, model_from_payload, resolve_checkpoint
+    from rpr_mt.checkpoint_files import load_checkpoint, model_from_payload, resolve_checkpoint
 
     if quantization is not None and quantization not in quantization_types():
         raise UserError(f"--quantization must be one of {', '.join(quantization_types())} (got {quantization!r})")
@@ -323,9 +323,7 @@ def export_ctranslate2(
     reason = unsupported_reason(config.model)  # before building anything
     if reason is not None:
         raise UserError(reason)
-    model, vocab = model_from_payload(payload, config, resolved)  # the same checks and errors as translate
-    if vocab.casing is None:  # checkpoints from before they carried it: their prepared data's, as translate finds it
-        vocab.casing = casing_of_data(config, resolved, vocab)
+    model, vocab = model_from_payload(payload, config, resolved)  # the same checks, errors and casing as translate
     spec = build_spec(model, vocab)
 
     try:
