@@ -75,7 +75,7 @@ def prepare(config: DataConfig, *, force: bool = False, progress: bool = True) -
         reason = check_prepared(config)
         if reason is None:
             log.info("%s is up to date (use --force to rebuild)", config.output_dir)
-            _add_missing_casing(config, out)
+            _update_casing(config, out)
             return out
     if out.exists() and not (out / MANIFEST).is_file() and (not out.is_dir() or any(out.iterdir())):
         raise UserError(f"data.output_dir {config.output_dir} exists and does not hold prepared data (no {MANIFEST}); "
@@ -552,12 +552,18 @@ def _learn_casing(config: DataConfig, directory: Path, inputs: dict[str, Any]) -
             "learned_from": {"path": str(path.resolve()), "sha256": sources.sha256_file(path)}}
 
 
-def _add_missing_casing(config: DataConfig, out: Path) -> None:
-    """Data prepared before casing models (or while the raw file was missing) gets its casing model now, without
-    being prepared again: the model, then the manifest that lists it, each written atomically."""
+def _update_casing(config: DataConfig, out: Path) -> None:
+    """Up-to-date data gets the casing model its raw training file gives, without being prepared again: learned when
+    the data has none (prepared before casing models, or while the raw file was missing), learned again when the raw
+    file is not the one it was learned from (the vocabulary and the id arrays come from the tok/ text alone, so only
+    the casing model changes). The model, then the manifest that lists it, each written atomically."""
     manifest = read_manifest(out)
-    if casing_source(config) is None or "casing" in manifest:
+    source = casing_source(config)
+    if source is None:
         return
+    learned_from = manifest.get("casing", {}).get("learned_from", {}).get("sha256")
+    if learned_from is not None and (not source.is_file() or sources.sha256_file(source) == learned_from):
+        return  # unchanged, or nothing to learn it again from: the model learned earlier stays
     tmp = out / f".{MANIFEST}.tmp-{os.getpid()}"
     try:
         entry = _learn_casing(config, out, manifest.get("inputs", {}))
@@ -568,12 +574,13 @@ def _add_missing_casing(config: DataConfig, out: Path) -> None:
         manifest.setdefault("checksums", {})[casing.FILE_NAME] = binarize.file_checksum(out / casing.FILE_NAME)
         tmp.write_text(json.dumps(manifest, indent=2) + "\n", encoding="utf-8")
         os.replace(tmp, out / MANIFEST)
-    except OSError as exc:  # a read-only copy of the data: it stays usable as it is, its translations lowercase
+    except OSError as exc:  # a read-only copy of the data: it stays usable as it is
         tmp.unlink(missing_ok=True)
-        log.warning("warning: cannot add the casing model to %s (%s); translations of raw text stay lowercase",
-                    out, exc.strerror or exc)
+        log.warning("warning: cannot write the casing model into %s (%s); translations of raw text keep the casing "
+                    "they had", out, exc.strerror or exc)
         return
-    log.info("added the casing model %s to %s", casing.FILE_NAME, out)
+    log.info("%s the casing model %s in %s", "added" if learned_from is None else
+             f"learned again (from the changed {source.name})", casing.FILE_NAME, out)
 
 
 def _short(value: Any) -> str:

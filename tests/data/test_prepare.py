@@ -568,6 +568,41 @@ def test_data_prepared_without_a_casing_model_gets_one_without_being_prepared_ag
     assert check_prepared(config) is None and not [p for p in out.iterdir() if p.name.startswith(".")]
 
 
+def test_a_changed_raw_training_file_gives_a_new_casing_model_without_preparing_again(tmp_path, caplog):
+    """The raw training file is an input of the casing model alone: when it changes, the model is learned again and
+    nothing else is encoded again; when it is gone, the model learned earlier stays."""
+    from rpr_mt.text import casing
+
+    config = multi30k_tok_corpus(tmp_path / "m30k")
+    out = prepare(config, progress=False)
+    assert casing.load(out / casing.FILE_NAME).recase("ein hund rennt im park .") == "Ein Hund rennt im Park ."
+    before = _snapshot(out)
+
+    raw = tmp_path / "m30k" / "train.de.gz"
+    write_lines(raw, [line.replace("Park", "park") for line in CASED_DE] * 10)  # the same lines, one word recased
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="rpr_mt.data.prepare"):
+        prepare(config, progress=False)
+    assert "learned again (from the changed train.de.gz)" in caplog.text and "preparing" not in caplog.text
+    after = _snapshot(out)
+    unchanged = set(before) - {MANIFEST, casing.FILE_NAME}
+    assert {name: after[name] for name in unchanged} == {name: before[name] for name in unchanged}
+    assert casing.load(out / casing.FILE_NAME).recase("ein hund rennt im park .") == "Ein Hund rennt im park ."
+    assert read_manifest(out)["casing"]["learned_from"]["sha256"] == sources.sha256_file(raw)
+    assert check_prepared(config) is None
+
+    caplog.clear()
+    with caplog.at_level(logging.INFO, logger="rpr_mt.data.prepare"):
+        prepare(config, progress=False)  # unchanged since: nothing learned again
+    assert "casing" not in caplog.text
+
+    model = (out / casing.FILE_NAME).read_bytes()
+    raw.unlink()
+    with caplog.at_level(logging.INFO, logger="rpr_mt.data.prepare"):
+        prepare(config, progress=False)
+    assert (out / casing.FILE_NAME).read_bytes() == model and check_prepared(config) is None
+
+
 def test_a_missing_or_misaligned_raw_training_file_leaves_no_casing_model_and_says_so(tmp_path, caplog):
     from rpr_mt.text import casing
 
@@ -602,5 +637,5 @@ def test_a_data_directory_the_casing_model_cannot_be_added_to_stays_usable(tmp_p
     monkeypatch.setattr(casing, "save", read_only)
     with caplog.at_level(logging.WARNING, logger="rpr_mt.data.prepare"):
         assert prepare(config, progress=False) == out
-    assert f"cannot add the casing model to {out} (Permission denied)" in caplog.text
+    assert f"cannot write the casing model into {out} (Permission denied)" in caplog.text
     assert (out / MANIFEST).read_text(encoding="utf-8") == manifest_before
