@@ -35,7 +35,8 @@ The peers live in virtual environments of their own (``--venv``, default /work/p
 /work/peer-venvs/fairseq); results/peers/README.md lists the install commands and their workarounds. By default the
 peers run with the process settings rpr-mt gives itself (OMP_WAIT_POLICY=PASSIVE, glibc malloc keeping freed memory:
 MALLOC_MMAP_MAX_=0 MALLOC_TRIM_THRESHOLD_=2147483647; docs/benchmarks.md measured OpenNMT-py 1.43x faster with the
-malloc setting); ``--peer-env default`` leaves them unset.
+malloc setting); ``--peer-env default`` leaves them unset. An allocator preloaded into this script
+(``LD_PRELOAD=.../libjemalloc.so.2 MALLOC_CONF=...``) reaches every process of the row, and result.json records it.
 """
 
 # (no `from __future__ import annotations`: the tests load this file as a module outside sys.modules, where
@@ -51,7 +52,7 @@ import time
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Iterable, Optional
+from typing import Iterable, Mapping, Optional
 
 REPO = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(Path(__file__).resolve().parent))  # arguments.py, beside this file
@@ -67,6 +68,8 @@ SPLITS = {"dev": "val", "test": "test_2016_flickr"}  # rpr-mt's prepared split -
 SRC, TGT = "en", "de"
 # rpr-mt's own process settings (rpr_mt/host.py), given to the peers as environment variables
 SAME_ENV = {"OMP_WAIT_POLICY": "PASSIVE", "MALLOC_MMAP_MAX_": "0", "MALLOC_TRIM_THRESHOLD_": "2147483647"}
+# a preloaded allocator and its settings, which every process of a row inherits: they change its speed and memory
+ALLOCATOR_ENV = ("LD_PRELOAD", "MALLOC_CONF")
 AVERAGE_LAST = 10  # the literature's "average of the last 10 checkpoints" (Revisit-MMT's evaluate.sh)
 BEAM = 5
 
@@ -586,6 +589,11 @@ def run_rpr_mt(args, work: Path, run: Path, data_dir: Path) -> tuple[Finished, P
     return finished, progress, hyps, {"which": which, "trainer_stopped_by": stopped}
 
 
+def allocator_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """The allocator settings a row ran under, as its result.json records them ({} for the C library's malloc)."""
+    return {name: environ[name] for name in ALLOCATOR_ENV if environ.get(name)}
+
+
 def toolkit_version(toolkit: str, venv: Optional[Path]) -> str:
     if toolkit.startswith("rpr-mt"):
         import torch
@@ -631,6 +639,7 @@ def main(argv: Optional[list[str]] = None) -> None:
     result = {
         "toolkit": args.toolkit, "version": toolkit_version(args.toolkit, args.venv),
         "minutes": args.minutes, "max_updates": args.max_updates, "peer_env": args.peer_env,
+        "allocator_env": allocator_env(os.environ),
         "stopped_by": finished.stopped_by, "returncode": finished.returncode,
         "updates": progress.updates, "tgt_tokens": round(progress.tgt_tokens),
         "train_seconds": finished.seconds, "tgt_tokens_per_s": progress.tgt_tokens / max(finished.seconds, 1e-9),

@@ -159,3 +159,11 @@ def test_table_row_names_every_column():
                                                   "test": {"lc_tok_bleu": 39.5, "sacrebleu": 29.26}}}
     assert peers.table_row(result) == "| onmt | 4,321 | 1,855 | 812 | 40.12 | 39.50 | 29.26 | 3,600 |"
     assert peers.TABLE_HEADER.splitlines()[0].count("|") == peers.table_row(result).count("|")
+
+
+def test_allocator_env_records_a_preloaded_allocator_and_its_settings_only():
+    environ = {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2", "MALLOC_CONF": "oversize_threshold:0",
+               "OMP_WAIT_POLICY": "PASSIVE", "PATH": "/usr/bin"}
+    assert peers.allocator_env(environ) == {"LD_PRELOAD": "/usr/lib/x86_64-linux-gnu/libjemalloc.so.2",
+                                            "MALLOC_CONF": "oversize_threshold:0"}
+    assert peers.allocator_env({"PATH": "/usr/bin", "LD_PRELOAD": ""}) == {}  # glibc's malloc: nothing to record
